@@ -1,0 +1,454 @@
+//! The cuckoo filter (Fan, Andersen, Kaminsky, Mitzenmacher, CoNEXT 2014).
+//!
+//! [`CuckooFilter`] runs the same code on any [`BucketStorage`]: a static
+//! array ([`StaticCuckooFilter`], built by a `const fn` so it can be a
+//! `static`), a heap or mapped slice, or storage that writes into live BPF
+//! map memory.
+//!
+//! # Inserts never lose an item, and never hide one
+//!
+//! When both buckets of a new fingerprint are full, the insert first
+//! *searches* for a relocation path with a random walk, reading the table
+//! but not writing it (a walk that comes back to a slot already on its path
+//! cuts the cycle off). Only when the walk ends at an empty slot are the
+//! moves applied, from the far end backwards: each fingerprint is written to
+//! its new slot before its old slot is overwritten. So
+//!
+//! * a failed insert returns [`InsertError::Full`] and leaves the table
+//!   exactly as it was: no victim is dropped;
+//! * at every instant of a successful insert, every stored fingerprint is in
+//!   one of its two buckets, so a reader of live memory (an XDP program)
+//!   never sees a listed item disappear.
+//!
+//! The path is kept on the stack (`4 * KICK_PATH_CAPACITY` bytes), only in
+//! the relocation branch of an insert.
+
+use core::marker::PhantomData;
+
+use crate::fingerprint::Fingerprint;
+use crate::hash::{fmix32, KeyHash, KeyedHasher};
+use crate::layout::{
+    alternate_bucket, bucket_contains, bucket_count, locate, BucketStorage, Location,
+};
+use crate::math;
+
+/// Default bound on relocation steps per insert (as in the reference
+/// implementation).
+pub const DEFAULT_MAX_KICKS: u16 = 500;
+
+/// Longest relocation path an insert can apply; [`CuckooFilter::set_max_kicks`]
+/// clamps to it.
+pub const KICK_PATH_CAPACITY: usize = 512;
+
+/// A cuckoo filter with fingerprints `F`, `SLOTS` slots per bucket and
+/// buckets in `B`.
+#[derive(Clone, Debug)]
+pub struct CuckooFilter<F: Fingerprint, const SLOTS: usize, B> {
+    buckets: B,
+    seed: u64,
+    len: usize,
+    max_kicks: u16,
+    random_state: u32,
+    fingerprint: PhantomData<F>,
+}
+
+/// A cuckoo filter over a `[[F; SLOTS]; BUCKETS]` array, constructible in a
+/// `const` context.
+pub type StaticCuckooFilter<F, const SLOTS: usize, const BUCKETS: usize> =
+    CuckooFilter<F, SLOTS, [[F; SLOTS]; BUCKETS]>;
+
+/// An insert that found no room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum InsertError {
+    /// Both buckets are full and no relocation path was found within the
+    /// kick budget. The filter is unchanged.
+    Full,
+}
+
+impl core::fmt::Display for InsertError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("cuckoo filter is full: no room for the item (the filter is unchanged)")
+    }
+}
+
+impl core::error::Error for InsertError {}
+
+/// Storage that cannot hold a cuckoo table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum StorageError {
+    /// The bucket count is zero or not a power of two.
+    BucketCountNotPowerOfTwo(usize),
+    /// More than 2^32 slots in all.
+    TooLarge(usize),
+}
+
+impl core::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StorageError::BucketCountNotPowerOfTwo(n) => {
+                write!(f, "bucket count {n} is not a power of two")
+            }
+            StorageError::TooLarge(n) => write!(f, "{n} buckets are more than 2^32 slots"),
+        }
+    }
+}
+
+impl core::error::Error for StorageError {}
+
+impl<F: Fingerprint, const SLOTS: usize, const BUCKETS: usize>
+    StaticCuckooFilter<F, SLOTS, BUCKETS>
+{
+    const BUCKETS_ARE_VALID: () = {
+        assert!(
+            BUCKETS.is_power_of_two(),
+            "the number of buckets must be a power of two"
+        );
+        assert!(
+            (BUCKETS as u64).saturating_mul(SLOTS as u64) <= 1 << 32,
+            "at most 2^32 slots"
+        );
+    };
+
+    /// An empty filter keyed with `seed`.
+    ///
+    /// For a large `static`, pass seed 0 and call [`CuckooFilter::reseed`] at
+    /// boot: an all-zero filter is placed in `.bss` and costs no flash.
+    pub const fn new(seed: u64) -> Self {
+        let () = Self::BUCKETS_ARE_VALID;
+        let () = Self::SLOTS_ARE_VALID;
+        Self {
+            buckets: [[F::EMPTY; SLOTS]; BUCKETS],
+            seed,
+            len: 0,
+            max_kicks: DEFAULT_MAX_KICKS,
+            random_state: 0,
+            fingerprint: PhantomData,
+        }
+    }
+}
+
+impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilter<F, SLOTS, B> {
+    const SLOTS_ARE_VALID: () = assert!(
+        matches!(SLOTS, 1 | 2 | 4 | 8),
+        "slots per bucket must be 1, 2, 4 or 8"
+    );
+
+    /// A filter over existing storage (a heap slice, mapped memory). Items
+    /// already in the storage are counted, so a table restored from memory
+    /// keeps working; their hashes must have used `seed`.
+    pub fn with_storage(buckets: B, seed: u64) -> Result<Self, StorageError> {
+        let () = Self::SLOTS_ARE_VALID;
+        let count = buckets.bucket_count();
+        if !count.is_power_of_two() {
+            return Err(StorageError::BucketCountNotPowerOfTwo(count));
+        }
+        if (count as u64).saturating_mul(SLOTS as u64) > 1 << 32 {
+            return Err(StorageError::TooLarge(count));
+        }
+        let mut filter = Self {
+            buckets,
+            seed,
+            len: 0,
+            max_kicks: DEFAULT_MAX_KICKS,
+            random_state: 0,
+            fingerprint: PhantomData,
+        };
+        filter.len = filter.count_occupied();
+        Ok(filter)
+    }
+
+    /// The storage, for reading the raw table.
+    pub fn storage(&self) -> &B {
+        &self.buckets
+    }
+
+    /// Gives the storage back.
+    pub fn into_storage(self) -> B {
+        self.buckets
+    }
+
+    /// The hash seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Empties the filter and keys it with a new seed.
+    pub fn reseed(&mut self, seed: u64) {
+        self.clear();
+        self.seed = seed;
+    }
+
+    /// Maximum relocation steps per insert.
+    pub fn max_kicks(&self) -> u16 {
+        self.max_kicks
+    }
+
+    /// Sets the relocation budget, clamped to `1..=KICK_PATH_CAPACITY`;
+    /// returns the value in force.
+    pub fn set_max_kicks(&mut self, max_kicks: u16) -> u16 {
+        self.max_kicks = max_kicks.clamp(1, KICK_PATH_CAPACITY as u16);
+        self.max_kicks
+    }
+
+    /// Number of buckets.
+    #[inline(always)]
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.bucket_count()
+    }
+
+    #[inline(always)]
+    fn bucket_mask(&self) -> usize {
+        self.bucket_count().wrapping_sub(1)
+    }
+
+    /// Number of fingerprints stored (each insert counts, duplicates too).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.bucket_count().saturating_mul(SLOTS)
+    }
+
+    /// Fraction of slots in use.
+    pub fn load_factor(&self) -> f64 {
+        self.len as f64 / self.capacity() as f64
+    }
+
+    /// The false-positive rate expected at the current load:
+    /// `1 - (1 - 1/(2^f - 1))^(2·b·α)`, about `2·b·α / 2^f`.
+    pub fn expected_fpr(&self) -> f64 {
+        math::cuckoo_fpr(F::BITS, SLOTS, self.load_factor())
+    }
+
+    /// Removes everything (the seed stays).
+    pub fn clear(&mut self) {
+        for bucket in 0..self.bucket_count() {
+            for slot in 0..SLOTS {
+                self.buckets.set_slot(bucket, slot, F::EMPTY);
+            }
+        }
+        self.len = 0;
+    }
+
+    /// The hash of `item` under this filter's seed.
+    #[inline]
+    pub fn hash<T: core::hash::Hash + ?Sized>(&self, item: &T) -> KeyHash {
+        KeyedHasher::hash_item(self.seed, item)
+    }
+
+    /// Where a hash lives in this filter.
+    #[inline(always)]
+    pub fn locate(&self, hash: KeyHash) -> Location<F> {
+        locate(hash, self.bucket_mask())
+    }
+
+    /// Adds `item` (again, if it is present: see [`Self::insert_unique`]).
+    pub fn insert<T: core::hash::Hash + ?Sized>(&mut self, item: &T) -> Result<(), InsertError> {
+        self.insert_hash(self.hash(item))
+    }
+
+    /// Adds `item` only if it is not already reported present (RedisBloom's
+    /// `CF.ADDNX`). `Ok(false)` when it was (or a false positive said so).
+    pub fn insert_unique<T: core::hash::Hash + ?Sized>(
+        &mut self,
+        item: &T,
+    ) -> Result<bool, InsertError> {
+        self.insert_unique_hash(self.hash(item))
+    }
+
+    /// Whether `item` may be present (no false negatives).
+    pub fn contains<T: core::hash::Hash + ?Sized>(&self, item: &T) -> bool {
+        self.contains_hash(self.hash(item))
+    }
+
+    /// Removes one copy of `item`; `false` if none was found. Only remove
+    /// items that were inserted, or another item's fingerprint may go.
+    pub fn remove<T: core::hash::Hash + ?Sized>(&mut self, item: &T) -> bool {
+        self.remove_hash(self.hash(item))
+    }
+
+    /// How many copies of `item`'s fingerprint are stored (RedisBloom's
+    /// `CF.COUNT`: an upper bound on the copies of `item`).
+    pub fn count<T: core::hash::Hash + ?Sized>(&self, item: &T) -> usize {
+        self.count_hash(self.hash(item))
+    }
+
+    /// [`Self::contains`] for a precomputed hash.
+    #[inline]
+    pub fn contains_hash(&self, hash: KeyHash) -> bool {
+        let location = self.locate(hash);
+        bucket_contains(&self.buckets.bucket(location.primary), location.fingerprint)
+            || bucket_contains(
+                &self.buckets.bucket(location.alternate),
+                location.fingerprint,
+            )
+    }
+
+    /// [`Self::count`] for a precomputed hash.
+    pub fn count_hash(&self, hash: KeyHash) -> usize {
+        let location = self.locate(hash);
+        let primary = bucket_count(&self.buckets.bucket(location.primary), location.fingerprint);
+        if location.alternate == location.primary {
+            return primary;
+        }
+        primary
+            + bucket_count(
+                &self.buckets.bucket(location.alternate),
+                location.fingerprint,
+            )
+    }
+
+    /// [`Self::insert_unique`] for a precomputed hash.
+    pub fn insert_unique_hash(&mut self, hash: KeyHash) -> Result<bool, InsertError> {
+        if self.contains_hash(hash) {
+            return Ok(false);
+        }
+        self.insert_hash(hash).map(|()| true)
+    }
+
+    /// [`Self::remove`] for a precomputed hash.
+    pub fn remove_hash(&mut self, hash: KeyHash) -> bool {
+        let location = self.locate(hash);
+        for bucket in [location.primary, location.alternate] {
+            if let Some(slot) = self.find_slot(bucket, location.fingerprint) {
+                self.buckets.set_slot(bucket, slot, F::EMPTY);
+                self.len -= 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// [`Self::insert`] for a precomputed hash.
+    #[inline]
+    pub fn insert_hash(&mut self, hash: KeyHash) -> Result<(), InsertError> {
+        let location = self.locate(hash);
+        for bucket in [location.primary, location.alternate] {
+            if let Some(slot) = self.find_slot(bucket, F::EMPTY) {
+                self.buckets.set_slot(bucket, slot, location.fingerprint);
+                self.len += 1;
+                return Ok(());
+            }
+        }
+        self.insert_by_relocation(location)
+    }
+
+    #[inline(always)]
+    fn find_slot(&self, bucket: usize, fingerprint: F) -> Option<usize> {
+        self.buckets
+            .bucket(bucket)
+            .iter()
+            .position(|&slot| slot == fingerprint)
+    }
+
+    fn slot_value(&self, global_slot: u32) -> F {
+        let (bucket, slot) = Self::split(global_slot);
+        self.buckets
+            .bucket(bucket)
+            .get(slot)
+            .copied()
+            .unwrap_or(F::EMPTY)
+    }
+
+    #[inline(always)]
+    fn split(global_slot: u32) -> (usize, usize) {
+        let global_slot = global_slot as usize;
+        (global_slot / SLOTS, global_slot % SLOTS)
+    }
+
+    fn next_random(&mut self) -> u32 {
+        self.random_state = self.random_state.wrapping_add(0x9e37_79b9);
+        fmix32(self.random_state)
+    }
+
+    /// Both buckets are full: search a path of moves ending in an empty slot,
+    /// then apply it back to front (see the module documentation).
+    #[inline(never)]
+    fn insert_by_relocation(&mut self, location: Location<F>) -> Result<(), InsertError> {
+        let mask = self.bucket_mask();
+        let mut path = [0u32; KICK_PATH_CAPACITY];
+        let mut path_len = 0usize;
+        let mut bucket = if self.next_random() & 1 == 0 {
+            location.primary
+        } else {
+            location.alternate
+        };
+
+        for _ in 0..self.max_kicks {
+            let slot = self.next_random() as usize % SLOTS;
+            let global_slot = (bucket * SLOTS + slot) as u32;
+            let visited = path.get(..path_len).unwrap_or(&[]);
+            if let Some(position) = visited.iter().position(|&s| s == global_slot) {
+                // A cycle: go back to the state in which this slot was first
+                // chosen (same bucket, shorter path) and choose again.
+                path_len = position;
+                continue;
+            }
+            let Some(entry) = path.get_mut(path_len) else {
+                break;
+            };
+            *entry = global_slot;
+            path_len += 1;
+            let evicted = self.slot_value(global_slot);
+            bucket = alternate_bucket(bucket, evicted, mask);
+            if let Some(free) = self.find_slot(bucket, F::EMPTY) {
+                self.apply_path(path.get(..path_len).unwrap_or(&[]), bucket, free, location);
+                self.len += 1;
+                return Ok(());
+            }
+        }
+        Err(InsertError::Full)
+    }
+
+    /// Moves the occupant of each path slot one step on, starting with the
+    /// last one (into the free slot) so nothing is ever absent.
+    fn apply_path(
+        &mut self,
+        path: &[u32],
+        free_bucket: usize,
+        free_slot: usize,
+        location: Location<F>,
+    ) {
+        let mut destination = (free_bucket, free_slot);
+        for &source in path.iter().rev() {
+            let moving = self.slot_value(source);
+            self.buckets.set_slot(destination.0, destination.1, moving);
+            destination = Self::split(source);
+        }
+        self.buckets
+            .set_slot(destination.0, destination.1, location.fingerprint);
+    }
+
+    fn count_occupied(&self) -> usize {
+        (0..self.bucket_count())
+            .map(|bucket| SLOTS - bucket_count(&self.buckets.bucket(bucket), F::EMPTY))
+            .sum()
+    }
+
+    /// The fingerprint in slot `index` of the whole table (bucket-major).
+    pub(crate) fn global_slot(&self, index: usize) -> F {
+        self.slot_value(index as u32)
+    }
+
+    /// Writes slot `index` of the whole table (bucket-major), without
+    /// bookkeeping: [`Self::finish_load`] recounts afterwards.
+    pub(crate) fn set_global_slot(&mut self, index: usize, fingerprint: F) {
+        self.buckets
+            .set_slot(index / SLOTS, index % SLOTS, fingerprint);
+    }
+
+    /// Completes a bulk load: adopts `seed` and recounts the items.
+    pub(crate) fn finish_load(&mut self, seed: u64) {
+        self.seed = seed;
+        self.len = self.count_occupied();
+    }
+}

@@ -1,0 +1,116 @@
+//! Where a key lives in a cuckoo table, and the storage abstraction the
+//! filter's code runs on.
+//!
+//! # Bucket layout (stable, version 1)
+//!
+//! A table is `B` buckets (`B` a power of two, at most 2^32), each of `S`
+//! slots (`S` in 1, 2, 4, 8), each slot one fingerprint of `F::BYTES` bytes,
+//! little-endian, `0` meaning empty. Bucket `i` starts at byte
+//! `i * S * F::BYTES`; no header, no padding. A `[[F; S]; B]` array has
+//! exactly this layout on little-endian targets (x86, Arm Cortex-M, BPF), so
+//! a static array, a slice of BPF map memory and a snapshot payload are the
+//! same bytes.
+//!
+//! # Addressing (partial-key cuckoo hashing)
+//!
+//! For a [`KeyHash`] `h` and `mask = B - 1`:
+//! * fingerprint `f = F::from_hash(h.low())`;
+//! * primary bucket `i1 = h.high() & mask`;
+//! * alternate bucket `i2 = i1 ^ (fmix32(f) & mask)`.
+//!
+//! `i2` depends only on `i1` and `f`, and `alternate_bucket(i2, f) == i1`, so
+//! a fingerprint can move between its two buckets without the item.
+
+use crate::fingerprint::Fingerprint;
+use crate::hash::{fmix32, KeyHash};
+
+/// The fingerprint and the two candidate buckets of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Location<F> {
+    /// Fingerprint stored for the key (never `F::EMPTY`).
+    pub fingerprint: F,
+    /// Primary bucket index.
+    pub primary: usize,
+    /// Alternate bucket index.
+    pub alternate: usize,
+}
+
+/// Locates `hash` in a table of `bucket_mask + 1` buckets.
+#[inline(always)]
+pub fn locate<F: Fingerprint>(hash: KeyHash, bucket_mask: usize) -> Location<F> {
+    let fingerprint = F::from_hash(hash.low());
+    let primary = hash.high() as usize & bucket_mask;
+    Location {
+        fingerprint,
+        primary,
+        alternate: alternate_bucket(primary, fingerprint, bucket_mask),
+    }
+}
+
+/// The other bucket of `fingerprint` when it sits in `bucket`.
+#[inline(always)]
+pub fn alternate_bucket<F: Fingerprint>(
+    bucket: usize,
+    fingerprint: F,
+    bucket_mask: usize,
+) -> usize {
+    bucket ^ (fmix32(fingerprint.to_u32()) as usize & bucket_mask)
+}
+
+/// Whether `bucket` holds `fingerprint`: the probe the XDP program runs on
+/// map memory.
+#[inline(always)]
+pub fn bucket_contains<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F) -> bool {
+    bucket.contains(&fingerprint)
+}
+
+/// How many slots of `bucket` hold `fingerprint`.
+#[inline]
+pub fn bucket_count<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F) -> usize {
+    bucket.iter().filter(|&&slot| slot == fingerprint).count()
+}
+
+/// Storage for a cuckoo table in the layout above.
+///
+/// Implemented for everything that derefs to `[[F; S]]` (a static array, a
+/// `Vec`, a mutable slice of mapped memory). Implement it yourself for memory
+/// that needs special writes, such as atomic stores into a map that a
+/// running XDP program reads. Indices the filter passes are always in range;
+/// implementations may still treat out-of-range reads as empty buckets and
+/// ignore out-of-range writes rather than panic.
+pub trait BucketStorage<F: Fingerprint, const S: usize> {
+    /// Number of buckets.
+    fn bucket_count(&self) -> usize;
+    /// A copy of bucket `index`.
+    fn bucket(&self, index: usize) -> [F; S];
+    /// Stores `fingerprint` in slot `slot` of bucket `index`.
+    fn set_slot(&mut self, index: usize, slot: usize, fingerprint: F);
+}
+
+impl<F, const S: usize, T> BucketStorage<F, S> for T
+where
+    F: Fingerprint,
+    T: AsRef<[[F; S]]> + AsMut<[[F; S]]> + ?Sized,
+{
+    #[inline(always)]
+    fn bucket_count(&self) -> usize {
+        self.as_ref().len()
+    }
+
+    #[inline(always)]
+    fn bucket(&self, index: usize) -> [F; S] {
+        self.as_ref().get(index).copied().unwrap_or([F::EMPTY; S])
+    }
+
+    #[inline(always)]
+    fn set_slot(&mut self, index: usize, slot: usize, fingerprint: F) {
+        if let Some(cell) = self
+            .as_mut()
+            .get_mut(index)
+            .and_then(|bucket| bucket.get_mut(slot))
+        {
+            *cell = fingerprint;
+        }
+    }
+}
