@@ -74,23 +74,26 @@ impl core::fmt::Display for InsertError {
 
 impl core::error::Error for InsertError {}
 
-/// Storage that cannot hold a cuckoo table.
+/// Storage that cannot hold a filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum StorageError {
+    /// The storage has no room at all.
+    Empty,
     /// The bucket count is zero or not a power of two.
     BucketCountNotPowerOfTwo(usize),
-    /// More than 2^32 slots in all.
+    /// More than 2^32 slots (cuckoo) or cells (Bloom) in all.
     TooLarge(usize),
 }
 
 impl core::fmt::Display for StorageError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
+            StorageError::Empty => f.write_str("the storage is empty"),
             StorageError::BucketCountNotPowerOfTwo(n) => {
                 write!(f, "bucket count {n} is not a power of two")
             }
-            StorageError::TooLarge(n) => write!(f, "{n} buckets are more than 2^32 slots"),
+            StorageError::TooLarge(n) => write!(f, "{n} buckets or words are more than 2^32 cells"),
         }
     }
 }

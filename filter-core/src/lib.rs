@@ -5,7 +5,8 @@
 //!   fingerprint type (`u8`, `u16`, `u32`), slots per bucket (1, 2, 4, 8)
 //!   and storage; [`StaticCuckooFilter`] is the `const fn`-built array
 //!   version that can live in a `static`.
-//! * [`BloomFilter`] and [`CountingBloomFilter`] (4-bit sticky counters).
+//! * [`BloomFilter`] and [`CountingBloomFilter`] (4-bit sticky counters),
+//!   likewise over any word storage, with `Static…` array versions.
 //! * [`KeyedHasher`] and [`NetKey`]: the seeded hash, for any `Hash` item
 //!   and for IPv4/IPv6 prefixes on a fixed-size, verifier-friendly path.
 //! * [`layout`]: the stable byte layout of a cuckoo table and the probe code
@@ -43,7 +44,9 @@ pub mod netkey;
 pub mod sizing;
 pub mod snapshot;
 
-pub use bloom::{BloomFilter, CountingBloomFilter, RemoveError};
+pub use bloom::{
+    BloomFilter, CountingBloomFilter, RemoveError, StaticBloomFilter, StaticCountingBloomFilter,
+};
 pub use cuckoo::{CuckooFilter, InsertError, StaticCuckooFilter, StorageError};
 pub use fingerprint::Fingerprint;
 pub use hash::{KeyHash, KeyedHasher};

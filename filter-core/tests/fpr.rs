@@ -1,0 +1,138 @@
+//! Statistical properties: the load a table reaches before the first failed
+//! insert, and measured false-positive rates against theory.
+//!
+//! Every run is seeded and deterministic; the sample sizes are chosen so the
+//! expected number of false positives is in the hundreds or more, making the
+//! ±25% bands several standard deviations wide.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use filter_core::sizing::achievable_load;
+use filter_core::{CuckooFilter, Fingerprint, InsertError};
+
+type HeapFilter<F, const S: usize> = CuckooFilter<F, S, Vec<[F; S]>>;
+
+/// Absent keys never collide with inserted ones (inserted keys are small).
+const ABSENT_BASE: u64 = 1 << 40;
+
+fn filter<F: Fingerprint, const S: usize>(buckets: usize, seed: u64) -> HeapFilter<F, S> {
+    CuckooFilter::with_storage(vec![[F::EMPTY; S]; buckets], seed).unwrap()
+}
+
+/// Inserts 0, 1, 2, ... until the first failure; returns the load reached.
+fn fill_until_full<F: Fingerprint, const S: usize>(filter: &mut HeapFilter<F, S>) -> f64 {
+    for key in 0u64.. {
+        if filter.insert(&key) == Err(InsertError::Full) {
+            break;
+        }
+    }
+    filter.load_factor()
+}
+
+/// Inserts keys up to `target_load` or the first failure.
+fn fill_to<F: Fingerprint, const S: usize>(filter: &mut HeapFilter<F, S>, target_load: f64) -> f64 {
+    let target = (filter.capacity() as f64 * target_load) as u64;
+    for key in 0..target {
+        if filter.insert(&key).is_err() {
+            break;
+        }
+    }
+    filter.load_factor()
+}
+
+fn measured_fpr<F: Fingerprint, const S: usize>(filter: &HeapFilter<F, S>, lookups: u64) -> f64 {
+    let positives = (ABSENT_BASE..ABSENT_BASE + lookups)
+        .filter(|key| filter.contains(key))
+        .count();
+    positives as f64 / lookups as f64
+}
+
+fn mean_load_at_first_failure<const S: usize>() -> f64 {
+    let seeds = [1u64, 2, 3, 4, 5];
+    let total: f64 = seeds
+        .iter()
+        .map(|&seed| fill_until_full(&mut filter::<u16, S>(1 << 14, seed)))
+        .sum();
+    total / seeds.len() as f64
+}
+
+#[test]
+fn four_slot_buckets_fill_to_94_percent_before_the_first_failure() {
+    let load = mean_load_at_first_failure::<4>();
+    assert!(load >= 0.94, "mean load at first failure {load:.4}");
+}
+
+#[test]
+fn other_bucket_sizes_reach_their_textbook_loads() {
+    for (load, slots) in [
+        (mean_load_at_first_failure::<1>(), 1),
+        (mean_load_at_first_failure::<2>(), 2),
+        (mean_load_at_first_failure::<8>(), 8),
+    ] {
+        // The sizing table's achievable load, less a small margin.
+        let floor = achievable_load(slots) - 0.05;
+        assert!(load >= floor, "{slots} slots: load {load:.4} below {floor}");
+    }
+}
+
+/// Fills to 95% (or as far as the table goes, for two slots), then checks
+/// the measured rate against `2b/2^f` (the paper's bound) and against the
+/// exact expectation at the reached load, both within ±25%.
+fn check_fpr<F: Fingerprint, const S: usize>(buckets: usize, lookups: u64) {
+    let mut filter = filter::<F, S>(buckets, 0xf00d);
+    let load = fill_to(&mut filter, 0.95);
+    assert!(
+        load > achievable_load(S) - 0.05,
+        "fill stopped early at {load}"
+    );
+    let measured = measured_fpr(&filter, lookups);
+    let paper_bound = 2.0 * S as f64 / 2f64.powi(F::BITS as i32);
+    let expected = filter.expected_fpr();
+    let context = format!(
+        "{}-bit, {S} slots, {buckets} buckets, load {load:.3}: measured {measured:.3e}, \
+         expected {expected:.3e}, 2b/2^f {paper_bound:.3e}",
+        F::BITS
+    );
+    println!("{context}");
+    assert!((measured / paper_bound - 1.0).abs() <= 0.25, "{context}");
+    assert!((measured / expected - 1.0).abs() <= 0.25, "{context}");
+}
+
+#[test]
+fn fpr_u8_two_slots() {
+    check_fpr::<u8, 2>(1 << 16, 1_000_000);
+}
+
+#[test]
+fn fpr_u8_four_slots() {
+    check_fpr::<u8, 4>(1 << 16, 1_000_000);
+}
+
+#[test]
+fn fpr_u16_two_slots() {
+    check_fpr::<u16, 2>(1 << 16, 10_000_000);
+}
+
+#[test]
+fn fpr_u16_four_slots() {
+    check_fpr::<u16, 4>(1 << 16, 10_000_000);
+}
+
+#[test]
+fn fpr_u16_four_slots_at_two_to_the_24_buckets() {
+    // Bucket bits (high half of the hash) and fingerprint bits (low half)
+    // stay independent in the largest supported table size.
+    check_fpr::<u16, 4>(1 << 24, 10_000_000);
+}
+
+#[test]
+fn fpr_u32_is_below_one_in_a_million() {
+    let mut filter = filter::<u32, 4>(1 << 16, 0xf00d);
+    fill_to(&mut filter, 0.95);
+    let measured = measured_fpr(&filter, 10_000_000);
+    assert!(measured < 1e-6, "measured {measured:e}");
+}
