@@ -324,7 +324,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
         for bucket in [location.primary, location.alternate] {
             if let Some(slot) = self.find_slot(bucket, location.fingerprint) {
                 self.buckets.set_slot(bucket, slot, F::EMPTY);
-                self.len -= 1;
+                self.len = self.len.saturating_sub(1);
                 return true;
             }
         }
@@ -338,7 +338,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
         for bucket in [location.primary, location.alternate] {
             if let Some(slot) = self.find_slot(bucket, F::EMPTY) {
                 self.buckets.set_slot(bucket, slot, location.fingerprint);
-                self.len += 1;
+                self.len = self.len.saturating_add(1);
                 return Ok(());
             }
         }
@@ -405,7 +405,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
             bucket = alternate_bucket(bucket, evicted, mask);
             if let Some(free) = self.find_slot(bucket, F::EMPTY) {
                 self.apply_path(path.get(..path_len).unwrap_or(&[]), bucket, free, location);
-                self.len += 1;
+                self.len = self.len.saturating_add(1);
                 return Ok(());
             }
         }

@@ -114,7 +114,7 @@ pub const fn bloom_fpr(bits: usize, hashes: u32, items: usize) -> f64 {
 pub const fn ceil_to_u64(x: f64) -> u64 {
     let truncated = x as u64;
     if (truncated as f64) < x {
-        truncated + 1
+        truncated.saturating_add(1)
     } else {
         truncated
     }

@@ -78,7 +78,9 @@ pub struct CuckooParams {
 impl CuckooParams {
     /// Table size in bytes.
     pub const fn bytes(&self) -> usize {
-        self.buckets * self.slots * (self.fingerprint_bits as usize / 8)
+        self.buckets
+            .saturating_mul(self.slots)
+            .saturating_mul(self.fingerprint_bits as usize / 8)
     }
 }
 

@@ -183,17 +183,21 @@ impl SnapshotHeader {
 
     /// Number of buckets.
     pub fn bucket_count(&self) -> u64 {
-        1 << self.bucket_count_log2
+        1u64.checked_shl(u32::from(self.bucket_count_log2))
+            .unwrap_or(u64::MAX)
     }
 
     /// Table size in bytes.
     pub fn payload_len(&self) -> u64 {
-        self.bucket_count() * u64::from(self.slots) * u64::from(self.fingerprint_bits / 8)
+        self.bucket_count()
+            .saturating_mul(u64::from(self.slots))
+            .saturating_mul(u64::from(self.fingerprint_bits / 8))
     }
 
     /// Whole snapshot size in bytes.
     pub fn total_len(&self) -> u64 {
-        (HEADER_LEN + TRAILER_LEN) as u64 + self.payload_len()
+        self.payload_len()
+            .saturating_add((HEADER_LEN + TRAILER_LEN) as u64)
     }
 
     /// The header's bytes.
