@@ -40,7 +40,7 @@ fn random_keys(seed: u64, count: usize) -> Vec<u64> {
 
 /// The filters under comparison, behind one interface.
 trait Candidate {
-    const NAME: &'static str;
+    fn name() -> String;
     fn build(items: usize) -> Self;
     fn add(&mut self, key: u64);
     fn has(&self, key: u64) -> bool;
@@ -61,10 +61,12 @@ const fn cuckoo_buckets(items: usize) -> usize {
 
 struct Ours<F: Fingerprint>(CuckooFilter<F, 4, Vec<[F; 4]>>);
 
-impl Candidate for Ours<u16> {
-    const NAME: &'static str = "filter-core u16";
+impl<F: Fingerprint> Candidate for Ours<F> {
+    fn name() -> String {
+        format!("filter-core u{}", F::BITS)
+    }
     fn build(items: usize) -> Self {
-        Ours(CuckooFilter::with_storage(vec![[0; 4]; cuckoo_buckets(items)], 1).unwrap())
+        Ours(CuckooFilter::with_storage(vec![[F::EMPTY; 4]; cuckoo_buckets(items)], 1).unwrap())
     }
     fn add(&mut self, key: u64) {
         self.0.insert(&key).unwrap();
@@ -73,30 +75,16 @@ impl Candidate for Ours<u16> {
         self.0.contains(&key)
     }
     fn bytes(&self) -> usize {
-        self.0.capacity() * 2
-    }
-}
-
-impl Candidate for Ours<u8> {
-    const NAME: &'static str = "filter-core u8";
-    fn build(items: usize) -> Self {
-        Ours(CuckooFilter::with_storage(vec![[0; 4]; cuckoo_buckets(items)], 1).unwrap())
-    }
-    fn add(&mut self, key: u64) {
-        self.0.insert(&key).unwrap();
-    }
-    fn has(&self, key: u64) -> bool {
-        self.0.contains(&key)
-    }
-    fn bytes(&self) -> usize {
-        self.0.capacity()
+        self.0.capacity() * F::BYTES
     }
 }
 
 struct CuckoofilterCrate(cuckoofilter::CuckooFilter<DefaultHasher>);
 
 impl Candidate for CuckoofilterCrate {
-    const NAME: &'static str = "cuckoofilter crate";
+    fn name() -> String {
+        "cuckoofilter crate".into()
+    }
     fn build(items: usize) -> Self {
         // Capacity 4·b gives exactly b buckets of 4 slots: the same table.
         CuckoofilterCrate(cuckoofilter::CuckooFilter::with_capacity(
@@ -121,7 +109,9 @@ impl Candidate for CuckoofilterCrate {
 struct Bloom<const HASHES: u32>(BloomFilter<Vec<u64>, HASHES>);
 
 impl<const HASHES: u32> Candidate for Bloom<HASHES> {
-    const NAME: &'static str = "filter-core Bloom, same memory";
+    fn name() -> String {
+        "filter-core Bloom, same memory".into()
+    }
     fn build(items: usize) -> Self {
         Bloom(BloomFilter::with_storage(vec![0; cuckoo_buckets(items)], 1).unwrap())
     }
@@ -132,7 +122,7 @@ impl<const HASHES: u32> Candidate for Bloom<HASHES> {
         self.0.contains(&key)
     }
     fn bytes(&self) -> usize {
-        self.0.bit_count() / 8
+        self.0.cell_count() / 8
     }
 }
 
@@ -159,7 +149,7 @@ fn report<C: Candidate>(keys: &[u64], absent: &[u64]) {
     println!(
         "| {:>10} | {:<32} | {:>9.2} | {:>10.3e} | {:>5} |",
         keys.len(),
-        C::NAME,
+        C::name(),
         filter.bytes() as f64 * 8.0 / keys.len() as f64,
         positives as f64 / absent.len() as f64,
         lost
@@ -171,7 +161,7 @@ fn bench_candidate<C: Candidate>(c: &mut Criterion, keys: &[u64], absent: &[u64]
     let mut group = c.benchmark_group(format!("insert/{items}"));
     group.throughput(Throughput::Elements(items as u64));
     group.sample_size(10);
-    group.bench_function(C::NAME, |b| {
+    group.bench_function(C::name(), |b| {
         b.iter_batched_ref(
             || C::build(items),
             |filter| {
@@ -196,7 +186,7 @@ fn bench_candidate<C: Candidate>(c: &mut Criterion, keys: &[u64], absent: &[u64]
     for (kind, probes) in [("lookup-present", &present[..]), ("lookup-absent", absent)] {
         let mut group = c.benchmark_group(format!("{kind}/{items}"));
         group.throughput(Throughput::Elements(LOOKUP_BATCH as u64));
-        group.bench_with_input(BenchmarkId::new(C::NAME, items), probes, |b, probes| {
+        group.bench_with_input(BenchmarkId::new(C::name(), items), probes, |b, probes| {
             b.iter(|| {
                 probes
                     .iter()

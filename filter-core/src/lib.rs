@@ -45,7 +45,8 @@ pub mod sizing;
 pub mod snapshot;
 
 pub use bloom::{
-    BloomFilter, CountingBloomFilter, RemoveError, StaticBloomFilter, StaticCountingBloomFilter,
+    BloomFilter, CountingBloomFilter, PackedBloom, RemoveError, StaticBloomFilter,
+    StaticCountingBloomFilter,
 };
 pub use cuckoo::{CuckooFilter, InsertError, StaticCuckooFilter, StorageError};
 pub use fingerprint::Fingerprint;

@@ -50,7 +50,7 @@ fn bloom_has_no_false_negatives_and_the_expected_rate() {
 type Counting = StaticCountingBloomFilter<64, 4>;
 
 fn counters(filter: &Counting) -> Vec<u8> {
-    (0..filter.counter_count())
+    (0..filter.cell_count())
         .map(|i| filter.counter(i))
         .collect()
 }
