@@ -24,6 +24,7 @@
 //! the relocation branch of an insert.
 
 use core::marker::PhantomData;
+use core::num::NonZeroU16;
 
 use crate::fingerprint::Fingerprint;
 use crate::hash::{fmix32, KeyHash, KeyedHasher};
@@ -47,7 +48,9 @@ pub struct CuckooFilter<F: Fingerprint, const SLOTS: usize, B> {
     buckets: B,
     seed: u64,
     len: usize,
-    max_kicks: u16,
+    /// `None` means [`DEFAULT_MAX_KICKS`]; kept so that a new static filter
+    /// is all zero bytes (and so in `.bss`, costing no flash).
+    max_kicks: Option<NonZeroU16>,
     random_state: u32,
     fingerprint: PhantomData<F>,
 }
@@ -125,7 +128,7 @@ impl<F: Fingerprint, const SLOTS: usize, const BUCKETS: usize>
             buckets: [[F::EMPTY; SLOTS]; BUCKETS],
             seed,
             len: 0,
-            max_kicks: DEFAULT_MAX_KICKS,
+            max_kicks: None,
             random_state: 0,
             fingerprint: PhantomData,
         }
@@ -154,7 +157,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
             buckets,
             seed,
             len: 0,
-            max_kicks: DEFAULT_MAX_KICKS,
+            max_kicks: None,
             random_state: 0,
             fingerprint: PhantomData,
         };
@@ -185,14 +188,14 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
 
     /// Maximum relocation steps per insert.
     pub fn max_kicks(&self) -> u16 {
-        self.max_kicks
+        self.max_kicks.map_or(DEFAULT_MAX_KICKS, NonZeroU16::get)
     }
 
     /// Sets the relocation budget, clamped to `1..=KICK_PATH_CAPACITY`;
     /// returns the value in force.
     pub fn set_max_kicks(&mut self, max_kicks: u16) -> u16 {
-        self.max_kicks = max_kicks.clamp(1, KICK_PATH_CAPACITY as u16);
-        self.max_kicks
+        self.max_kicks = NonZeroU16::new(max_kicks.clamp(1, KICK_PATH_CAPACITY as u16));
+        self.max_kicks()
     }
 
     /// Number of buckets.
@@ -386,7 +389,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
             location.alternate
         };
 
-        for _ in 0..self.max_kicks {
+        for _ in 0..self.max_kicks() {
             let slot = self.next_random() as usize % SLOTS;
             let global_slot = (bucket * SLOTS + slot) as u32;
             let visited = path.get(..path_len).unwrap_or(&[]);

@@ -41,6 +41,8 @@ pub mod hash;
 pub mod layout;
 pub mod math;
 pub mod netkey;
+#[cfg(feature = "protocol")]
+pub mod protocol;
 pub mod sizing;
 pub mod snapshot;
 

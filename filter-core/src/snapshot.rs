@@ -42,7 +42,9 @@ pub const HEADER_LEN: usize = 32;
 pub const TRAILER_LEN: usize = 4;
 const KIND_CUCKOO: u8 = 1;
 
-static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
+/// CRC-32/ISO-HDLC (the zlib CRC), table-driven: snapshots and serial
+/// frames both use it.
+pub static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// A parameter that must match between a snapshot and its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,47 @@
+//! The firmware application: a cuckoo-filter device that answers cfctl over
+//! a serial link and keeps its filter in flash across resets.
+//!
+//! Board-agnostic and `no_std`: no allocator, no `unsafe`. A board binary
+//! provides the filter (a `static`), a serial port (embedded-io `Read` and
+//! `Write`) and a flash device (embedded-storage `NorFlash`), then calls
+//! [`serve()`].
+//!
+//! * [`device`]: the state and the answer to each request of
+//!   [`filter_core::protocol`].
+//! * [`store`]: two flash slots with sequence numbers and CRCs; power loss
+//!   during a save keeps the previous image.
+//! * [`ram_flash`]: a `NorFlash` in RAM, for QEMU (which has no persistent
+//!   flash) and for tests.
+//! * [`mod@serve`]: the loop that reads frames from the port and writes the
+//!   answers.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod ram_flash;
+pub mod serve;
+pub mod store;
+
+pub use device::Device;
+pub use ram_flash::RamFlash;
+pub use serve::serve;
+pub use store::{ImageStore, SlotLayout};
+
+/// `defmt::info!` when the `defmt` feature is on; nothing otherwise.
+macro_rules! log_info {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "defmt")]
+        defmt::info!($($arg)*);
+    };
+}
+
+/// `defmt::warn!` when the `defmt` feature is on; nothing otherwise.
+macro_rules! log_warn {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "defmt")]
+        defmt::warn!($($arg)*);
+    };
+}
+
+pub(crate) use {log_info, log_warn};

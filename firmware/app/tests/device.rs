@@ -1,0 +1,589 @@
+//! The application on the host: a scripted fake serial port drives
+//! [`firmware::serve`], and a flash mock that loses power at every single
+//! write and erase step checks that a reboot always finds the old or the new
+//! image, never garbage.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::collections::VecDeque;
+
+use embedded_storage::nor_flash::{ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash};
+use filter_core::protocol::{
+    self, Error, FrameError, Item, Prefix, PrefixLengths, Request, Response, MAX_CHUNK_LEN,
+    PROTOCOL_VERSION,
+};
+use filter_core::{AddressFamily, StaticCuckooFilter};
+use firmware::serve::PortError;
+use firmware::{Device, RamFlash, SlotLayout};
+
+type Filter = StaticCuckooFilter<u16, 4, 64>;
+const WRITE: usize = 4;
+const ERASE: usize = 256;
+const LAYOUT: SlotLayout = SlotLayout {
+    offsets: [0, 1024],
+    slot_len: 1024,
+};
+const SEED: u64 = 0x5eed;
+
+fn blank_flash() -> Vec<u8> {
+    vec![0xff; 2048]
+}
+
+/// NOR flash in a `Vec` that loses power after `budget` write units and
+/// erase units: the interrupted unit is left half done (half a sector
+/// erased, some bits of a word programmed), and every later write or erase
+/// fails.
+struct CuttingFlash {
+    memory: Vec<u8>,
+    budget: usize,
+}
+
+impl CuttingFlash {
+    /// Spends one step; `Ok(true)` when this is the step the power goes.
+    fn spend(&mut self) -> Result<bool, NorFlashErrorKind> {
+        if self.budget == 0 {
+            return Err(NorFlashErrorKind::Other);
+        }
+        self.budget -= 1;
+        Ok(self.budget == 0)
+    }
+}
+
+impl ErrorType for CuttingFlash {
+    type Error = NorFlashErrorKind;
+}
+
+impl ReadNorFlash for CuttingFlash {
+    const READ_SIZE: usize = 1;
+    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), Self::Error> {
+        let start = offset as usize;
+        let source = self
+            .memory
+            .get(start..start + bytes.len())
+            .ok_or(NorFlashErrorKind::OutOfBounds)?;
+        bytes.copy_from_slice(source);
+        Ok(())
+    }
+    fn capacity(&self) -> usize {
+        self.memory.len()
+    }
+}
+
+impl NorFlash for CuttingFlash {
+    const WRITE_SIZE: usize = WRITE;
+    const ERASE_SIZE: usize = ERASE;
+
+    fn erase(&mut self, from: u32, to: u32) -> Result<(), Self::Error> {
+        for unit in (from as usize..to as usize).step_by(ERASE) {
+            let cut = self.spend()?;
+            let erased = if cut { ERASE / 2 } else { ERASE };
+            self.memory[unit..unit + erased].fill(0xff);
+            if cut {
+                return Err(NorFlashErrorKind::Other);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Self::Error> {
+        assert_eq!(offset as usize % WRITE, 0, "unaligned write");
+        for (index, word) in bytes.chunks(WRITE).enumerate() {
+            let at = offset as usize + index * WRITE;
+            let cut = self.spend()?;
+            for (cell, &byte) in self.memory[at..at + word.len()].iter_mut().zip(word) {
+                // Cut: only some of the bits that should clear did.
+                *cell &= if cut { byte | 0x5a } else { byte };
+            }
+            if cut {
+                return Err(NorFlashErrorKind::Other);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A scripted serial port: reads the bytes queued, then fails (which ends
+/// `serve`); collects what the device writes.
+#[derive(Default)]
+struct FakePort {
+    input: VecDeque<u8>,
+    output: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct EndOfScript;
+
+impl embedded_io::Error for EndOfScript {
+    fn kind(&self) -> embedded_io::ErrorKind {
+        embedded_io::ErrorKind::Other
+    }
+}
+
+impl embedded_io::ErrorType for FakePort {
+    type Error = EndOfScript;
+}
+
+impl embedded_io::Read for FakePort {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, EndOfScript> {
+        if self.input.is_empty() {
+            return Err(EndOfScript);
+        }
+        let count = buf.len().min(self.input.len()).min(7);
+        for slot in &mut buf[..count] {
+            *slot = self.input.pop_front().unwrap();
+        }
+        Ok(count)
+    }
+}
+
+impl embedded_io::Write for FakePort {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, EndOfScript> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), EndOfScript> {
+        Ok(())
+    }
+}
+
+fn frame(request: &Request<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; protocol::MAX_FRAME_LEN + 1];
+    protocol::encode(request, &mut out).unwrap().to_vec()
+}
+
+/// Sends raw byte streams through `serve` and decodes every response.
+fn exchange<Flash: NorFlash>(
+    device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>,
+    streams: &[Vec<u8>],
+) -> Vec<Response> {
+    let mut port = FakePort::default();
+    for stream in streams {
+        port.input.extend(stream);
+    }
+    let mut tx = FakePort::default();
+    assert_eq!(firmware::serve(device, &mut port, &mut tx), PortError::Read);
+    let mut reader = protocol::FrameReader::<{ protocol::MAX_RESPONSE_FRAME_LEN }>::new();
+    let mut responses = Vec::new();
+    for byte in tx.output {
+        if let Some(frame) = reader.push(byte) {
+            responses.push(protocol::decode::<Response>(frame.unwrap()).unwrap());
+        }
+    }
+    responses
+}
+
+fn ask<Flash: NorFlash>(
+    device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>,
+    request: Request<'_>,
+) -> Response {
+    let mut responses = exchange(device, &[frame(&request)]);
+    assert_eq!(responses.len(), 1, "one response per request");
+    responses.remove(0)
+}
+
+fn v4(address: [u8; 4], len: u8) -> Item<'static> {
+    Item::Net(Prefix::V4 { address, len })
+}
+
+fn table_of(filter: &Filter) -> Vec<u8> {
+    let mut out = vec![0u8; filter.snapshot_len() as usize];
+    filter.write_snapshot(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        LAYOUT,
+        SEED,
+    );
+
+    let Response::Info(info) = ask(
+        &mut device,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    ) else {
+        panic!("hello must answer info");
+    };
+    assert_eq!((info.seed, info.entries, info.capacity), (SEED, 0, 256));
+    assert_eq!(
+        ask(&mut device, Request::Hello { version: 99 }),
+        Response::Error(Error::VersionMismatch {
+            device: PROTOCOL_VERSION
+        })
+    );
+
+    assert_eq!(
+        ask(&mut device, Request::Add(v4([198, 18, 0, 0], 15))),
+        Response::Added
+    );
+    assert_eq!(
+        ask(&mut device, Request::Add(Item::Bytes(b"COUPON-1"))),
+        Response::Added
+    );
+    assert_eq!(
+        ask(&mut device, Request::Check(v4([198, 19, 7, 7], 32))),
+        Response::Checked { present: true }
+    );
+    assert_eq!(
+        ask(&mut device, Request::Add(v4([1, 2, 3, 4], 33))),
+        Response::Error(Error::InvalidPrefixLen { len: 33 })
+    );
+    let before = table_of(device.filter());
+
+    let good = frame(&Request::Add(Item::U64(7)));
+    let mut corrupted = good.clone();
+    corrupted[2] ^= 0x10;
+    let truncated = [&good[..good.len() / 2], &[0]].concat();
+    let oversized = [vec![9u8; protocol::MAX_FRAME_LEN + 5], vec![0]].concat();
+    let unknown = {
+        let mut out = vec![0u8; 64];
+        protocol::encode(&(77u8, 1u32), &mut out).unwrap().to_vec()
+    };
+    let responses = exchange(&mut device, &[corrupted, truncated, oversized, unknown]);
+    assert_eq!(responses.len(), 4);
+    assert!(matches!(
+        responses[0],
+        Response::Error(Error::Frame(FrameError::Crc { .. }))
+    ));
+    assert!(matches!(responses[1], Response::Error(Error::Frame(_))));
+    assert_eq!(
+        responses[2],
+        Response::Error(Error::Frame(FrameError::Oversized))
+    );
+    assert_eq!(
+        responses[3],
+        Response::Error(Error::Frame(FrameError::Malformed))
+    );
+    assert_eq!(
+        table_of(device.filter()),
+        before,
+        "bad frames changed the filter"
+    );
+
+    let batch: heapless::Vec<Item<'_>, { protocol::MAX_BATCH }> = [
+        v4([10, 0, 0, 1], 32),
+        Item::U64(1),
+        Item::Bytes(b"COUPON-1"),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        ask(&mut device, Request::AddBatch(batch.clone())),
+        Response::BatchAdded { added: 3 }
+    );
+    assert_eq!(
+        ask(&mut device, Request::CheckBatch(batch)),
+        Response::BatchChecked { present: 0b111 }
+    );
+    assert_eq!(
+        ask(&mut device, Request::Delete(Item::U64(1))),
+        Response::Deleted { found: true }
+    );
+    assert_eq!(
+        ask(&mut device, Request::Check(Item::U64(1))),
+        Response::Checked { present: false }
+    );
+    let Response::Stats(stats) = ask(&mut device, Request::Stats) else {
+        panic!("stats");
+    };
+    assert_eq!((stats.frame_errors, stats.added, stats.deleted), (4, 5, 1));
+    assert_eq!(ask(&mut device, Request::Clear), Response::Cleared);
+    assert_eq!(device.filter().len(), 0);
+}
+
+#[test]
+fn fills_up_without_losing_an_entry() {
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        LAYOUT,
+        SEED,
+    );
+    let mut added = Vec::new();
+    for value in 0u64.. {
+        match ask(&mut device, Request::Add(Item::U64(value))) {
+            Response::Added => added.push(value),
+            Response::Error(Error::Full { added: 0 }) => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(added.len() > 200, "only {} entries fit", added.len());
+    for value in added {
+        assert_eq!(
+            ask(&mut device, Request::Check(Item::U64(value))),
+            Response::Checked { present: true }
+        );
+    }
+}
+
+/// Uploads a snapshot in chunks; returns the commit's response, or the
+/// first response that was not the expected one.
+fn upload<Flash: NorFlash>(
+    device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>,
+    snapshot: &[u8],
+    prefix_lengths: PrefixLengths,
+) -> Response {
+    let begin = Request::SnapshotBegin {
+        total_len: snapshot.len() as u32,
+        prefix_lengths,
+    };
+    let started = ask(device, begin);
+    if started != Response::SnapshotStarted {
+        return started;
+    }
+    for (index, data) in snapshot.chunks(MAX_CHUNK_LEN / 2).enumerate() {
+        let offset = (index * MAX_CHUNK_LEN / 2) as u32;
+        let received = offset + data.len() as u32;
+        let response = ask(device, Request::SnapshotChunk { offset, data });
+        if response != (Response::ChunkAccepted { received }) {
+            return response;
+        }
+    }
+    ask(device, Request::SnapshotCommit)
+}
+
+/// A snapshot of 40 IPv4 addresses made on the host.
+fn host_snapshot() -> (Vec<u8>, PrefixLengths) {
+    let mut host = Filter::new(0x1234);
+    let mut prefix_lengths = PrefixLengths::new();
+    for last in 0..40u8 {
+        let key = Prefix::V4 {
+            address: [198, 18, 1, last],
+            len: 32,
+        }
+        .net_key()
+        .unwrap();
+        host.insert_hash(key.hash(host.seed())).unwrap();
+    }
+    prefix_lengths.insert(AddressFamily::Ipv4, 32);
+    (table_of(&host), prefix_lengths)
+}
+
+#[test]
+fn snapshot_upload_replaces_the_filter_only_when_intact_and_survives_reboot() {
+    let (snapshot, prefix_lengths) = host_snapshot();
+
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        LAYOUT,
+        SEED,
+    );
+    ask(&mut device, Request::Add(Item::U64(5)));
+    let before = table_of(device.filter());
+
+    let mut corrupted = snapshot.clone();
+    corrupted[100] ^= 1;
+    assert!(matches!(
+        upload(&mut device, &corrupted, prefix_lengths),
+        Response::Error(Error::Snapshot(
+            filter_core::SnapshotError::CrcMismatch { .. }
+        ))
+    ));
+    assert_eq!(table_of(device.filter()), before);
+
+    // Incomplete upload, wrong length, chunk out of order, no upload.
+    let begin = Request::SnapshotBegin {
+        total_len: snapshot.len() as u32,
+        prefix_lengths,
+    };
+    assert_eq!(ask(&mut device, begin.clone()), Response::SnapshotStarted);
+    assert_eq!(
+        ask(
+            &mut device,
+            Request::SnapshotChunk {
+                offset: 4,
+                data: &snapshot[4..8]
+            }
+        ),
+        Response::Error(Error::SnapshotChunk { expected_offset: 0 })
+    );
+    assert_eq!(
+        ask(
+            &mut device,
+            Request::SnapshotChunk {
+                offset: 0,
+                data: &snapshot[..3]
+            }
+        ),
+        Response::Error(Error::SnapshotChunk { expected_offset: 0 })
+    );
+    assert!(matches!(
+        ask(&mut device, Request::SnapshotCommit),
+        Response::Error(Error::Snapshot(
+            filter_core::SnapshotError::Truncated { .. }
+        ))
+    ));
+    assert_eq!(
+        ask(&mut device, Request::SnapshotCommit),
+        Response::Error(Error::NoSnapshotUpload)
+    );
+    assert_eq!(
+        ask(
+            &mut device,
+            Request::SnapshotBegin {
+                total_len: 12,
+                prefix_lengths
+            }
+        ),
+        Response::Error(Error::SnapshotLength {
+            expected: snapshot.len() as u32
+        })
+    );
+    assert_eq!(table_of(device.filter()), before);
+
+    let Response::SnapshotCommitted {
+        entries: 40,
+        sequence,
+    } = upload(&mut device, &snapshot, prefix_lengths)
+    else {
+        panic!("intact snapshot rejected");
+    };
+    assert_eq!(table_of(device.filter()), snapshot);
+    assert_eq!(
+        ask(&mut device, Request::Check(v4([198, 18, 1, 39], 32))),
+        Response::Checked { present: true }
+    );
+
+    // Reboot from the same flash: the committed snapshot is the saved image.
+    let mut rebooted = Filter::new(0);
+    let mut device = Device::boot(
+        &mut rebooted,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        LAYOUT,
+        SEED,
+    );
+    let Response::Info(info) = ask(
+        &mut device,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    ) else {
+        panic!("info");
+    };
+    assert_eq!(info.saved_sequence, Some(sequence));
+    assert_eq!(info.prefix_lengths, prefix_lengths);
+    assert_eq!(table_of(device.filter()), snapshot);
+}
+
+/// Saves `items` on a fresh device; returns the flash and the image.
+fn saved_device(items: std::ops::Range<u64>) -> (Vec<u8>, Vec<u8>) {
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        LAYOUT,
+        SEED,
+    );
+    for value in items {
+        ask(&mut device, Request::Add(Item::U64(value)));
+    }
+    assert!(matches!(
+        ask(&mut device, Request::Save),
+        Response::Saved { .. }
+    ));
+    let image = table_of(device.filter());
+    (memory, image)
+}
+
+type CutDevice<'f, 'm> = Device<'f, u16, 4, [[u16; 4]; 64], &'m mut CuttingFlash>;
+
+/// Runs `change` on a device whose flash loses power after 1, 2, 3, ...
+/// steps, until one run completes. `change` returns the image it makes and
+/// the last response. After every cut, a reboot must find the image from
+/// before or the new one; after the completed run, the new one.
+fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8>, Response)) {
+    // Two saves, so that both slots hold an image before the cut one.
+    let (memory, _) = saved_device(0..10);
+    let mut flash = CuttingFlash {
+        memory,
+        budget: usize::MAX,
+    };
+    let mut filter = Filter::new(0);
+    let old_image = {
+        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED);
+        ask(&mut device, Request::Add(Item::U64(100)));
+        assert_eq!(
+            ask(&mut device, Request::Save),
+            Response::Saved { sequence: 2 }
+        );
+        table_of(device.filter())
+    };
+    let base = flash.memory;
+
+    let mut kept_old = 0;
+    for budget in 1.. {
+        let mut flash = CuttingFlash {
+            memory: base.clone(),
+            budget,
+        };
+        let mut filter = Filter::new(0);
+        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED);
+        assert_eq!(table_of(device.filter()), old_image);
+        let (new_image, response) = change(&mut device);
+
+        // Power back on.
+        let mut restarted = CuttingFlash {
+            memory: flash.memory,
+            budget: usize::MAX,
+        };
+        let mut filter = Filter::new(0);
+        let device = Device::boot(&mut filter, &mut restarted, LAYOUT, SEED);
+        let loaded = table_of(device.filter());
+        if !matches!(response, Response::Error(_)) {
+            assert_eq!(loaded, new_image, "completed change not loaded");
+            assert!(budget > 100 && kept_old == budget - 1);
+            return;
+        }
+        assert_eq!(response, Response::Error(Error::Storage), "budget {budget}");
+        assert!(
+            loaded == old_image || loaded == new_image,
+            "power loss at step {budget} left garbage"
+        );
+        kept_old += usize::from(loaded == old_image);
+    }
+}
+
+#[test]
+fn power_loss_at_any_step_of_a_save_keeps_the_old_or_the_new_image() {
+    assert_power_loss_keeps_old_or_new(|device| {
+        for value in 200..230 {
+            ask(device, Request::Add(Item::U64(value)));
+        }
+        let new_image = table_of(device.filter());
+        let response = ask(device, Request::Save);
+        assert!(matches!(
+            response,
+            Response::Saved { sequence: 3 } | Response::Error(_)
+        ));
+        (new_image, response)
+    });
+}
+
+#[test]
+fn power_loss_at_any_step_of_a_snapshot_upload_keeps_the_old_or_the_new_image() {
+    let (snapshot, prefix_lengths) = host_snapshot();
+    assert_power_loss_keeps_old_or_new(|device| {
+        let response = upload(device, &snapshot, prefix_lengths);
+        assert!(matches!(
+            response,
+            Response::SnapshotCommitted { sequence: 3, .. } | Response::Error(_)
+        ));
+        (snapshot.clone(), response)
+    });
+}

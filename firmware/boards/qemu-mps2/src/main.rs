@@ -1,0 +1,98 @@
+//! The filter device on QEMU's `mps2-an386` (Cortex-M4F), the image the
+//! end-to-end tests boot: the protocol on UART0, defmt and the exit code
+//! through semihosting, and the image slots in RAM (QEMU has no flash that
+//! outlives the emulator: see `firmware::ram_flash`). A panic or a
+//! HardFault exits QEMU with a failure code.
+#![no_std]
+#![no_main]
+
+mod stack;
+mod uart;
+
+use cortex_m_rt::{entry, exception, ExceptionFrame};
+use cortex_m_semihosting::debug::{exit, EXIT_FAILURE};
+use defmt_semihosting as _;
+use filter_core::StaticCuckooFilter;
+use firmware::{Device, RamFlash, SlotLayout};
+
+// ---- Sizes: the one place to change them (the same filter as the F411) --
+type FingerprintBits = u16;
+const SLOTS: usize = 4;
+const BUCKETS: usize = 8192;
+const DEFAULT_SEED: u64 = 0x5eed_0386;
+/// Emulated flash: 4-byte write units, 4 KiB erase units, two 68 KiB slots
+/// (a 64 KiB table plus snapshot header, trailer and commit record).
+const FLASH_WRITE: usize = 4;
+const FLASH_ERASE: usize = 4096;
+const SLOT_LEN: usize = 17 * FLASH_ERASE;
+const IMAGE_SLOTS: SlotLayout = SlotLayout {
+    offsets: [0, SLOT_LEN as u32],
+    slot_len: SLOT_LEN as u32,
+};
+// ---------------------------------------------------------------------------
+
+type Filter = StaticCuckooFilter<FingerprintBits, SLOTS, BUCKETS>;
+
+#[entry]
+fn main() -> ! {
+    // cortex-m-rt turns these into `&'static mut`; both start zeroed in
+    // .bss (zeroed flash holds no valid image, like a blank device).
+    static mut FILTER: Filter = Filter::new(0);
+    static mut FLASH: [u8; 2 * SLOT_LEN] = [0; 2 * SLOT_LEN];
+
+    let stack = stack::StackGauge::paint();
+    let Some((rx, mut tx)) = uart::take() else {
+        defmt::panic!("UART0 taken twice");
+    };
+    let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(FLASH);
+    let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED);
+    defmt::info!(
+        "ready: {=usize} of {=usize} slots used",
+        device.filter().len(),
+        device.filter().capacity()
+    );
+    let mut rx = GaugedRx { rx, stack };
+    let error = firmware::serve(&mut device, &mut rx, &mut tx);
+    defmt::panic!("serial port failed: {}", error);
+}
+
+/// UART0's receiver that, whenever the device is idle (nothing received
+/// yet), logs a new stack high-water mark.
+struct GaugedRx {
+    rx: uart::UartRx,
+    stack: stack::StackGauge,
+}
+
+impl embedded_io::ErrorType for GaugedRx {
+    type Error = core::convert::Infallible;
+}
+
+impl embedded_io::Read for GaugedRx {
+    fn read(&mut self, buffer: &mut [u8]) -> Result<usize, Self::Error> {
+        if !uart::rx_ready() {
+            if let Some(used) = self.stack.new_high_water_mark() {
+                defmt::info!("stack high-water mark: {=usize} bytes", used);
+            }
+        }
+        self.rx.read(buffer)
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    match info.location() {
+        Some(location) => defmt::error!("panic at {=str}:{=u32}", location.file(), location.line()),
+        None => defmt::error!("panic"),
+    }
+    exit(EXIT_FAILURE);
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+#[exception]
+unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+    defmt::error!("HardFault at pc {=u32:#010x}", frame.pc());
+    exit(EXIT_FAILURE);
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
