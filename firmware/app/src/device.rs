@@ -47,7 +47,7 @@ where
     ) -> Self {
         const {
             assert!(
-                protocol::CHUNK_ALIGN % Flash::WRITE_SIZE == 0,
+                protocol::CHUNK_ALIGN.is_multiple_of(Flash::WRITE_SIZE),
                 "snapshot chunks must be whole flash words"
             )
         };
@@ -252,7 +252,7 @@ where
             return Response::Error(Error::NoSnapshotUpload);
         };
         let end = offset.saturating_add(data.len() as u32);
-        let aligned = data.len() % protocol::CHUNK_ALIGN == 0 || end == upload.total_len;
+        let aligned = data.len().is_multiple_of(protocol::CHUNK_ALIGN) || end == upload.total_len;
         if offset != upload.received
             || end > upload.total_len
             || !aligned

@@ -35,7 +35,7 @@ impl<'m, const WRITE: usize, const ERASE: usize> RamFlash<'m, WRITE, ERASE> {
 
     fn range(&mut self, from: u32, len: usize, unit: usize) -> Result<&mut [u8], RamFlashError> {
         let from = from as usize;
-        if from % unit != 0 || len % unit != 0 {
+        if !from.is_multiple_of(unit) || !len.is_multiple_of(unit) {
             return Err(RamFlashError(NorFlashErrorKind::NotAligned));
         }
         from.checked_add(len)
