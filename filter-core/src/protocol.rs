@@ -556,7 +556,7 @@ pub enum Error {
     },
     /// The snapshot was rejected; the live filter is unchanged and the
     /// upload is over.
-    Snapshot(#[serde(with = "SnapshotErrorDef")] SnapshotError),
+    Snapshot(SnapshotError),
     /// Persistent storage failed; the saved images are as they were.
     Storage,
 }
@@ -595,61 +595,6 @@ impl core::fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
-
-/// serde's view of [`SnapshotError`], which has no serde impls of its own;
-/// the remote derive checks that it matches field for field.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "SnapshotError")]
-enum SnapshotErrorDef {
-    BadMagic,
-    UnsupportedVersion(u16),
-    UnsupportedKind(u8),
-    InvalidHeader,
-    ParameterMismatch {
-        parameter: Parameter,
-        expected: u64,
-        found: u64,
-    },
-    Truncated {
-        expected: u64,
-        received: u64,
-    },
-    TooLong {
-        expected: u64,
-    },
-    CrcMismatch {
-        stored: u32,
-        computed: u32,
-    },
-    CountMismatch {
-        header: u64,
-        counted: u64,
-    },
-    BufferTooSmall {
-        needed: u64,
-    },
-}
-
-/// serde's view of [`Parameter`].
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Parameter")]
-enum ParameterDef {
-    FingerprintBits,
-    SlotsPerBucket,
-    BucketCount,
-}
-
-impl Serialize for Parameter {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        ParameterDef::serialize(self, serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for Parameter {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        ParameterDef::deserialize(deserializer)
-    }
-}
 
 /// A message did not fit the output buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,6 +49,7 @@ pub static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 /// A parameter that must match between a snapshot and its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "protocol", derive(serde::Serialize, serde::Deserialize))]
 pub enum Parameter {
     /// Fingerprint width in bits.
     FingerprintBits,
@@ -61,6 +62,7 @@ pub enum Parameter {
 /// Why a snapshot was rejected. The target filter is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "protocol", derive(serde::Serialize, serde::Deserialize))]
 pub enum SnapshotError {
     /// The first four bytes are not [`MAGIC`].
     BadMagic,
