@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use embedded_storage::nor_flash::{ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash};
 use filter_core::protocol::{
-    self, Error, FrameError, Item, Prefix, PrefixLengths, Request, Response, MAX_CHUNK_LEN,
+    self, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, MAX_CHUNK_LEN,
     PROTOCOL_VERSION,
 };
 use filter_core::{AddressFamily, StaticCuckooFilter};
@@ -185,6 +185,27 @@ fn ask<Flash: NorFlash>(
     responses.remove(0)
 }
 
+/// A device booted on `filter` with its flash images in `memory`.
+fn boot<'f, 'm>(
+    filter: &'f mut Filter,
+    memory: &'m mut [u8],
+) -> Device<'f, u16, 4, [[u16; 4]; 64], RamFlash<'m, WRITE, ERASE>> {
+    Device::boot(filter, RamFlash::<WRITE, ERASE>::new(memory), LAYOUT, SEED)
+}
+
+/// The device's answer to a hello.
+fn info<Flash: NorFlash>(device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>) -> Info {
+    match ask(
+        device,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    ) {
+        Response::Info(info) => info,
+        other => panic!("hello must answer info, got {other:?}"),
+    }
+}
+
 fn v4(address: [u8; 4], len: u8) -> Item<'static> {
     Item::Net(Prefix::V4 { address, len })
 }
@@ -199,21 +220,9 @@ fn table_of(filter: &Filter) -> Vec<u8> {
 fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
     let mut memory = blank_flash();
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(
-        &mut filter,
-        RamFlash::<WRITE, ERASE>::new(&mut memory),
-        LAYOUT,
-        SEED,
-    );
+    let mut device = boot(&mut filter, &mut memory);
 
-    let Response::Info(info) = ask(
-        &mut device,
-        Request::Hello {
-            version: PROTOCOL_VERSION,
-        },
-    ) else {
-        panic!("hello must answer info");
-    };
+    let info = info(&mut device);
     assert_eq!((info.seed, info.entries, info.capacity), (SEED, 0, 256));
     assert_eq!(
         ask(&mut device, Request::Hello { version: 99 }),
@@ -305,12 +314,7 @@ fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
 fn fills_up_without_losing_an_entry() {
     let mut memory = blank_flash();
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(
-        &mut filter,
-        RamFlash::<WRITE, ERASE>::new(&mut memory),
-        LAYOUT,
-        SEED,
-    );
+    let mut device = boot(&mut filter, &mut memory);
     let mut added = Vec::new();
     for value in 0u64.. {
         match ask(&mut device, Request::Add(Item::U64(value))) {
@@ -377,12 +381,7 @@ fn snapshot_upload_replaces_the_filter_only_when_intact_and_survives_reboot() {
 
     let mut memory = blank_flash();
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(
-        &mut filter,
-        RamFlash::<WRITE, ERASE>::new(&mut memory),
-        LAYOUT,
-        SEED,
-    );
+    let mut device = boot(&mut filter, &mut memory);
     ask(&mut device, Request::Add(Item::U64(5)));
     let before = table_of(device.filter());
 
@@ -461,20 +460,8 @@ fn snapshot_upload_replaces_the_filter_only_when_intact_and_survives_reboot() {
 
     // Reboot from the same flash: the committed snapshot is the saved image.
     let mut rebooted = Filter::new(0);
-    let mut device = Device::boot(
-        &mut rebooted,
-        RamFlash::<WRITE, ERASE>::new(&mut memory),
-        LAYOUT,
-        SEED,
-    );
-    let Response::Info(info) = ask(
-        &mut device,
-        Request::Hello {
-            version: PROTOCOL_VERSION,
-        },
-    ) else {
-        panic!("info");
-    };
+    let mut device = boot(&mut rebooted, &mut memory);
+    let info = info(&mut device);
     assert_eq!(info.saved_sequence, Some(sequence));
     assert_eq!(info.prefix_lengths, prefix_lengths);
     assert_eq!(table_of(device.filter()), snapshot);
@@ -484,12 +471,7 @@ fn snapshot_upload_replaces_the_filter_only_when_intact_and_survives_reboot() {
 fn saved_device(items: std::ops::Range<u64>) -> (Vec<u8>, Vec<u8>) {
     let mut memory = blank_flash();
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(
-        &mut filter,
-        RamFlash::<WRITE, ERASE>::new(&mut memory),
-        LAYOUT,
-        SEED,
-    );
+    let mut device = boot(&mut filter, &mut memory);
     for value in items {
         ask(&mut device, Request::Add(Item::U64(value)));
     }
