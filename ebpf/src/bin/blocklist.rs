@@ -1,0 +1,332 @@
+//! The XDP blocklist: parse the frame, take the matched address, check the
+//! allowlist and the cuckoo filter, count, return a verdict.
+//!
+//! One program per [`FilterShape`] (`blocklist_fp8`, `_fp16`, `_fp32`), all
+//! the same generic code; the loader loads the one it needs. The filter is
+//! probed with `filter-core`'s own code: [`NetKey`] for the key and its
+//! hash, [`locate`] for the fingerprint and buckets, [`bucket_contains`] on
+//! a bucket copied out of map memory. `locate_key` is a test-only program
+//! that reports what that code computes for a packet.
+//!
+//! Before the first probe, the live profile's [`Prefilter`] is asked
+//! whether the address's coarse block holds any key: if not, the address is
+//! not listed, after one array read instead of a probe per active length.
+//!
+//! Decision, for an IP packet and its matched address:
+//! * deny policy: listed in the filter at any active prefix length ->
+//!   allowlisted? pass (`Allowlisted`) : drop (`Dropped`), else pass
+//!   (`Passed`);
+//! * allow policy: allowlisted -> pass (`Allowlisted`), else drop;
+//! * monitor mode turns every drop, malformed frames included, into a pass
+//!   counted as `WouldDrop` (or `Malformed`).
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::{xdp_action, BPF_F_MMAPABLE},
+    btf_maps::{lpm_trie::Key, Array, ArrayOfMaps, LpmTrie, PerCpuArray},
+    macros::{btf_map, xdp},
+    programs::XdpContext,
+};
+use blocklist_ebpf::{
+    counter_index, malformed_action, mode,
+    packet::{frame_len, parse, Direction, Frame, Ipv6Address},
+    policy,
+    prefilter::Prefilter,
+    Config, Counter, Family, FilterProfile, LocateReport, Outcome, COUNTER_COUNT,
+    DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, MAX_PREFIX_LENGTHS, PROFILE_COUNT,
+};
+use filter_core::{
+    layout::{bucket_contains, locate},
+    Fingerprint, NetKey,
+};
+
+/// A filter table: element `i` is bucket `i`. The loader replaces the outer
+/// maps' inner template with one of the size it chooses; 1 is a
+/// placeholder.
+type Table<F, const S: usize> = Array<[F; S], 1, FILTER_TABLE_FLAGS>;
+type Tables<F, const S: usize> = ArrayOfMaps<Table<F, S>, PROFILE_COUNT>;
+
+#[btf_map]
+static CONFIG: Array<Config, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
+
+#[btf_map]
+static FILTERS_FP8: Tables<u8, 8> = ArrayOfMaps::new();
+
+#[btf_map]
+static FILTERS_FP16: Tables<u16, 4> = ArrayOfMaps::new();
+
+#[btf_map]
+static FILTERS_FP32: Tables<u32, 4> = ArrayOfMaps::new();
+
+/// Element `p`: the prefilter of profile `p`.
+#[btf_map]
+static PREFILTERS: Array<Prefilter, PROFILE_COUNT, { BPF_F_MMAPABLE as usize }> = Array::new();
+
+#[btf_map]
+static COUNTERS: PerCpuArray<Counter, COUNTER_COUNT> = PerCpuArray::new();
+
+#[btf_map]
+static ALLOW_V4: LpmTrie<[u8; 4], u8, DEFAULT_ALLOWLIST_ENTRIES> = LpmTrie::new();
+
+#[btf_map]
+static ALLOW_V6: LpmTrie<[u8; 16], u8, DEFAULT_ALLOWLIST_ENTRIES> = LpmTrie::new();
+
+#[btf_map]
+static LOCATE: Array<LocateReport, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
+
+/// 1 to match destination addresses instead of sources; set at load time.
+#[no_mangle]
+static MATCH_DESTINATION: u8 = 0;
+
+#[xdp]
+pub fn blocklist_fp8(ctx: XdpContext) -> u32 {
+    run(&ctx, &FILTERS_FP8)
+}
+
+#[xdp]
+pub fn blocklist_fp16(ctx: XdpContext) -> u32 {
+    run(&ctx, &FILTERS_FP16)
+}
+
+#[xdp]
+pub fn blocklist_fp32(ctx: XdpContext) -> u32 {
+    run(&ctx, &FILTERS_FP32)
+}
+
+/// Test-only: writes to `LOCATE` the hash, fingerprints and buckets of the
+/// packet's matched address at the active profile's first prefix length,
+/// computed by the code the blocklist programs run. Always passes.
+#[xdp]
+pub fn locate_key(ctx: XdpContext) -> u32 {
+    let (Some(config), Some(report)) = (CONFIG.get(0), LOCATE.get_ptr_mut(0)) else {
+        return xdp_action::XDP_PASS;
+    };
+    let profile = active_profile(config);
+    let key = match parse(&ctx, direction()) {
+        Frame::Ipv4(address) => NetKey::ipv4(address, first_length(&profile.ipv4_lengths)),
+        Frame::Ipv6(address) => NetKey::ipv6(
+            address.high,
+            address.low,
+            first_length(&profile.ipv6_lengths),
+        ),
+        Frame::Malformed(_) | Frame::NonIp => None,
+    };
+    let Some(key) = key else {
+        return xdp_action::XDP_PASS;
+    };
+    let hash = key.hash(read(&profile.seed));
+    let mask = read(&profile.bucket_mask) as usize;
+    let widths = [
+        located::<u8>(hash, mask),
+        located::<u16>(hash, mask),
+        located::<u32>(hash, mask),
+    ];
+    let mut value = LocateReport {
+        hash: hash.0,
+        valid: 1,
+        ..LocateReport::default()
+    };
+    for (width, (fingerprint, primary, alternate)) in widths.into_iter().enumerate() {
+        value.fingerprint[width] = fingerprint;
+        value.primary[width] = primary;
+        value.alternate[width] = alternate;
+    }
+    // SAFETY: `report` points at the map's only element.
+    unsafe { report.write(value) };
+    xdp_action::XDP_PASS
+}
+
+#[inline(always)]
+fn first_length(lengths: &[u8; MAX_PREFIX_LENGTHS]) -> u8 {
+    read(&lengths[0])
+}
+
+#[inline(always)]
+fn located<F: Fingerprint>(hash: filter_core::KeyHash, mask: usize) -> (u32, u32, u32) {
+    let location = locate::<F>(hash, mask);
+    (
+        location.fingerprint.to_u32(),
+        location.primary as u32,
+        location.alternate as u32,
+    )
+}
+
+/// Reads a field of map memory that userspace may change at any time,
+/// exactly once.
+#[inline(always)]
+fn read<T: Copy>(field: &T) -> T {
+    // SAFETY: `field` is a valid, aligned reference.
+    unsafe { core::ptr::read_volatile(field) }
+}
+
+#[inline(always)]
+fn direction() -> Direction {
+    if read(&MATCH_DESTINATION) == 0 {
+        Direction::Source
+    } else {
+        Direction::Destination
+    }
+}
+
+#[inline(always)]
+fn active_index(config: &Config) -> u32 {
+    read(&config.active_profile) & (PROFILE_COUNT as u32 - 1)
+}
+
+#[inline(always)]
+fn active_profile(config: &Config) -> &FilterProfile {
+    &config.profiles[active_index(config) as usize]
+}
+
+#[inline(always)]
+fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) -> u32 {
+    let bytes = frame_len(ctx);
+    let Some(config) = CONFIG.get(0) else {
+        return xdp_action::XDP_PASS;
+    };
+    let (outcome, family) = match parse(ctx, direction()) {
+        Frame::NonIp => (Outcome::NonIp, Family::Other),
+        Frame::Malformed(family) => (Outcome::Malformed, family),
+        Frame::Ipv4(address) => (classify(config, tables, Address::V4(address)), Family::Ipv4),
+        Frame::Ipv6(address) => (classify(config, tables, Address::V6(address)), Family::Ipv6),
+    };
+    count(outcome, family, bytes);
+    let drop = match outcome {
+        Outcome::Dropped => true,
+        Outcome::Malformed => {
+            read(&config.malformed_action) == malformed_action::DROP
+                && read(&config.mode) == mode::ENFORCE
+        }
+        Outcome::Passed | Outcome::WouldDrop | Outcome::Allowlisted | Outcome::NonIp => false,
+    };
+    if drop {
+        xdp_action::XDP_DROP
+    } else {
+        xdp_action::XDP_PASS
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Address {
+    V4(u32),
+    V6(Ipv6Address),
+}
+
+#[inline(always)]
+fn classify<F: Fingerprint, const S: usize>(
+    config: &Config,
+    tables: &Tables<F, S>,
+    address: Address,
+) -> Outcome {
+    let would_drop = if read(&config.policy) == policy::ALLOW {
+        true
+    } else {
+        listed(config, tables, address)
+    };
+    if !would_drop {
+        Outcome::Passed
+    } else if allowlisted(address) {
+        Outcome::Allowlisted
+    } else if read(&config.mode) == mode::MONITOR {
+        Outcome::WouldDrop
+    } else {
+        Outcome::Dropped
+    }
+}
+
+#[inline(always)]
+fn allowlisted(address: Address) -> bool {
+    match address {
+        Address::V4(address) => ALLOW_V4.get(&Key::new(32, address.to_be_bytes())).is_some(),
+        Address::V6(address) => {
+            let octets = ((address.high as u128) << 64 | address.low as u128).to_be_bytes();
+            ALLOW_V6.get(&Key::new(128, octets)).is_some()
+        }
+    }
+}
+
+/// Asks the live prefilter, then probes the live filter at each active
+/// prefix length, longest first, stopping at the first hit; at most
+/// `MAX_PREFIX_LENGTHS` probes.
+#[inline(always)]
+fn listed<F: Fingerprint, const S: usize>(
+    config: &Config,
+    tables: &Tables<F, S>,
+    address: Address,
+) -> bool {
+    let index = active_index(config);
+    let Some(prefilter) = PREFILTERS.get(index) else {
+        return false;
+    };
+    let marked = match address {
+        Address::V4(address) => prefilter.marks_ipv4(address),
+        Address::V6(address) => prefilter.marks_ipv6(address.high),
+    };
+    if !marked {
+        return false;
+    }
+    let profile = &config.profiles[index as usize];
+    let Some(table) = tables.get(index) else {
+        return false;
+    };
+    let seed = read(&profile.seed);
+    let mask = read(&profile.bucket_mask) as usize;
+    let (lengths, count) = match address {
+        Address::V4(_) => (&profile.ipv4_lengths, read(&profile.ipv4_length_count)),
+        Address::V6(_) => (&profile.ipv6_lengths, read(&profile.ipv6_length_count)),
+    };
+    for (position, length) in lengths.iter().enumerate() {
+        if position as u32 >= count {
+            break;
+        }
+        let prefix_len = read(length);
+        let key = match address {
+            Address::V4(address) => NetKey::ipv4(address, prefix_len),
+            Address::V6(address) => NetKey::ipv6(address.high, address.low, prefix_len),
+        };
+        let Some(key) = key else {
+            continue;
+        };
+        let location = locate::<F>(key.hash(seed), mask);
+        if bucket_holds(table, location.primary, location.fingerprint)
+            || bucket_holds(table, location.alternate, location.fingerprint)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[inline(always)]
+fn bucket_holds<F: Fingerprint, const S: usize>(
+    table: &Table<F, S>,
+    index: usize,
+    fingerprint: F,
+) -> bool {
+    match table.get(index as u32) {
+        Some(bucket) => bucket_contains(&read(bucket), fingerprint),
+        None => false,
+    }
+}
+
+#[inline(always)]
+fn count(outcome: Outcome, family: Family, bytes: u64) {
+    if let Some(counter) = COUNTERS.get_ptr_mut(counter_index(outcome, family)) {
+        // SAFETY: a per-CPU element, only this CPU writes it.
+        unsafe {
+            (*counter).packets += 1;
+            (*counter).bytes += bytes;
+        }
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

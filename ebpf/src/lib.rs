@@ -1,0 +1,332 @@
+//! The contract between the XDP blocklist program and its loader: map and
+//! program names, the layout of the config map, counter indices and the
+//! filter shapes the program is built for.
+//!
+//! Everything here is plain `#[repr(C)]` data, compiled both for
+//! `bpfel-unknown-none` (the bins of this crate) and for the host (the
+//! `userspace` crate). The crate has no features on purpose: the eBPF build
+//! runs inside the host workspace, so a host-only feature asked for by
+//! `userspace` would be switched on for the BPF target too. The filter's own
+//! bytes (bucket layout, hash, key encoding) are defined once, in
+//! `filter-core`; this crate only adds what the maps around it look like.
+//!
+//! # Maps of the `blocklist` object
+//!
+//! | map                        | type              | contents                                  |
+//! |----------------------------|-------------------|-------------------------------------------|
+//! | [`CONFIG_MAP`]             | ARRAY, mmapable   | one [`Config`]                            |
+//! | [`FilterShape::outer_map`] | ARRAY_OF_MAPS \[2\] | the filter tables, one per [`FilterProfile`] |
+//! | [`PREFILTER_MAP`]          | ARRAY \[2\], mmapable | one [`prefilter::Prefilter`] per profile  |
+//! | [`COUNTERS_MAP`]           | PERCPU_ARRAY      | one [`Counter`] per (outcome, family)     |
+//! | [`ALLOW_V4_MAP`]           | LPM_TRIE          | IPv4 allowlist, `[u8; 4]` keys            |
+//! | [`ALLOW_V6_MAP`]           | LPM_TRIE          | IPv6 allowlist, `[u8; 16]` keys           |
+//! | [`LOCATE_MAP`]             | ARRAY, mmapable   | [`LocateReport`] (test-only program)      |
+//!
+//! A filter table is a `BPF_F_MMAPABLE` ARRAY whose element `i` is bucket
+//! `i` in `filter-core`'s layout, so its mmapped memory is exactly a
+//! `[[F; S]; B]` table; see `userspace::loader` for why the filter lives in
+//! such maps.
+//!
+//! Profile `p` owns filter table `p` and prefilter `p` (the bitmaps of the
+//! coarse blocks its keys overlap, see [`prefilter`]), so flipping
+//! [`Config::active_profile`] swaps table, lengths and bitmaps together.
+#![no_std]
+
+#[cfg(target_arch = "bpf")]
+pub mod packet;
+pub mod prefilter;
+
+/// Name of the config map.
+pub const CONFIG_MAP: &str = "CONFIG";
+/// Name of the prefilter map: one [`prefilter::Prefilter`] per profile.
+pub const PREFILTER_MAP: &str = "PREFILTERS";
+/// Name of the per-CPU counter map.
+pub const COUNTERS_MAP: &str = "COUNTERS";
+/// Name of the IPv4 allowlist (LPM trie).
+pub const ALLOW_V4_MAP: &str = "ALLOW_V4";
+/// Name of the IPv6 allowlist (LPM trie).
+pub const ALLOW_V6_MAP: &str = "ALLOW_V6";
+/// Name of the test-only map the locate program writes.
+pub const LOCATE_MAP: &str = "LOCATE";
+/// Name of the test-only program that reports where a packet's key lives.
+pub const LOCATE_PROGRAM: &str = "locate_key";
+/// Name of the read-only global that selects the matched address: 0 for
+/// the source, 1 for the destination. Set at load time.
+pub const MATCH_DESTINATION_GLOBAL: &str = "MATCH_DESTINATION";
+
+/// Entries of each allowlist (IPv4, IPv6) unless the loader sets another
+/// size.
+pub const DEFAULT_ALLOWLIST_ENTRIES: usize = 4096;
+
+/// Most prefix lengths probed per family and packet: the probe budget.
+pub const MAX_PREFIX_LENGTHS: usize = 8;
+/// Filter profiles (and outer-map slots): the live one and the one being
+/// prepared.
+pub const PROFILE_COUNT: usize = 2;
+
+/// Flags of every filter table: `BPF_F_MMAPABLE` (bulk fill and
+/// single-slot atomic stores from userspace). Not `BPF_F_INNER_MAP`: all
+/// tables of one loaded program have the size of the outer map's inner
+/// template, so the verifier inlines bucket lookups.
+pub const FILTER_TABLE_FLAGS: usize = 1 << 10;
+
+/// A filter shape the program is built for: fingerprint width and slots per
+/// bucket. Every bucket is 8 or 16 bytes, a multiple of the 8-byte element
+/// stride of an mmapable array, so the mapped table has `filter-core`'s
+/// layout with no gaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FilterShape {
+    /// 8-bit fingerprints, 8 slots per bucket (8-byte buckets).
+    Fingerprint8,
+    /// 16-bit fingerprints, 4 slots per bucket (8-byte buckets).
+    Fingerprint16,
+    /// 32-bit fingerprints, 4 slots per bucket (16-byte buckets).
+    Fingerprint32,
+}
+
+impl FilterShape {
+    /// Every shape.
+    pub const ALL: [FilterShape; 3] = [
+        FilterShape::Fingerprint8,
+        FilterShape::Fingerprint16,
+        FilterShape::Fingerprint32,
+    ];
+
+    /// The shape for a fingerprint width, if there is one.
+    pub const fn from_bits(bits: u32) -> Option<Self> {
+        match bits {
+            8 => Some(FilterShape::Fingerprint8),
+            16 => Some(FilterShape::Fingerprint16),
+            32 => Some(FilterShape::Fingerprint32),
+            _ => None,
+        }
+    }
+
+    /// Fingerprint width in bits.
+    pub const fn fingerprint_bits(self) -> u32 {
+        match self {
+            FilterShape::Fingerprint8 => 8,
+            FilterShape::Fingerprint16 => 16,
+            FilterShape::Fingerprint32 => 32,
+        }
+    }
+
+    /// Slots per bucket.
+    pub const fn slots(self) -> usize {
+        match self {
+            FilterShape::Fingerprint8 => 8,
+            FilterShape::Fingerprint16 | FilterShape::Fingerprint32 => 4,
+        }
+    }
+
+    /// Bytes per bucket.
+    pub const fn bucket_bytes(self) -> usize {
+        self.slots() * self.fingerprint_bits() as usize / 8
+    }
+
+    /// The XDP program probing a filter of this shape.
+    pub const fn program(self) -> &'static str {
+        match self {
+            FilterShape::Fingerprint8 => "blocklist_fp8",
+            FilterShape::Fingerprint16 => "blocklist_fp16",
+            FilterShape::Fingerprint32 => "blocklist_fp32",
+        }
+    }
+
+    /// The ARRAY_OF_MAPS holding this shape's filter tables.
+    pub const fn outer_map(self) -> &'static str {
+        match self {
+            FilterShape::Fingerprint8 => "FILTERS_FP8",
+            FilterShape::Fingerprint16 => "FILTERS_FP16",
+            FilterShape::Fingerprint32 => "FILTERS_FP32",
+        }
+    }
+}
+
+/// What the program does with a packet that would be dropped.
+pub mod mode {
+    /// Drop it.
+    pub const ENFORCE: u32 = 0;
+    /// Pass it and count it as would-drop.
+    pub const MONITOR: u32 = 1;
+}
+
+/// Which IP packets are dropped.
+pub mod policy {
+    /// Drop packets whose address is in the blocklist (and not allowlisted).
+    pub const DENY: u32 = 0;
+    /// Drop every IP packet whose address is not allowlisted.
+    pub const ALLOW: u32 = 1;
+}
+
+/// What happens to a truncated or malformed frame.
+pub mod malformed_action {
+    /// Pass it (the default).
+    pub const PASS: u32 = 0;
+    /// Drop it (in enforce mode).
+    pub const DROP: u32 = 1;
+}
+
+/// One filter generation: its seed, size and active prefix lengths. The
+/// program reads `Config::profiles[Config::active_profile]` and the filter
+/// table in slot `active_profile` of the outer map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterProfile {
+    /// Hash seed of the table.
+    pub seed: u64,
+    /// Bucket count minus one (the count is a power of two).
+    pub bucket_mask: u32,
+    /// How many entries of `ipv4_lengths` are in use.
+    pub ipv4_length_count: u32,
+    /// How many entries of `ipv6_lengths` are in use.
+    pub ipv6_length_count: u32,
+    /// IPv4 prefix lengths with keys in the table, longest first.
+    pub ipv4_lengths: [u8; MAX_PREFIX_LENGTHS],
+    /// IPv6 prefix lengths with keys in the table, longest first.
+    pub ipv6_lengths: [u8; MAX_PREFIX_LENGTHS],
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// The single value of the config map. Userspace maps it and changes one
+/// aligned field at a time with atomic stores; the program reads each field
+/// once per packet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// [`mode::ENFORCE`] or [`mode::MONITOR`].
+    pub mode: u32,
+    /// [`policy::DENY`] or [`policy::ALLOW`].
+    pub policy: u32,
+    /// [`malformed_action::PASS`] or [`malformed_action::DROP`].
+    pub malformed_action: u32,
+    /// Index of the live profile and filter slot: 0 or 1.
+    pub active_profile: u32,
+    /// The two profiles.
+    pub profiles: [FilterProfile; PROFILE_COUNT],
+}
+
+/// Packets and bytes of one counter, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes (whole frames, from the Ethernet header on).
+    pub bytes: u64,
+}
+
+/// Why a packet got its verdict.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// An IP packet that matched nothing to drop.
+    Passed = 0,
+    /// Dropped (blocklisted, or not allowlisted under the allow policy).
+    Dropped = 1,
+    /// Would have been dropped, passed because of monitor mode.
+    WouldDrop = 2,
+    /// Would have been dropped, passed because the allowlist matched.
+    Allowlisted = 3,
+    /// Truncated or malformed; passed or dropped by `malformed_action`.
+    Malformed = 4,
+    /// Not IPv4 or IPv6 (ARP, LLDP, three or more VLAN tags, ...): passed.
+    NonIp = 5,
+}
+
+impl Outcome {
+    /// Every outcome, in counter order.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Passed,
+        Outcome::Dropped,
+        Outcome::WouldDrop,
+        Outcome::Allowlisted,
+        Outcome::Malformed,
+        Outcome::NonIp,
+    ];
+}
+
+/// The family a counter is split by.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4 (ethertype 0x0800).
+    Ipv4 = 0,
+    /// IPv6 (ethertype 0x86dd).
+    Ipv6 = 1,
+    /// Neither, or unknown because the frame ended first.
+    Other = 2,
+}
+
+impl Family {
+    /// Every family, in counter order.
+    pub const ALL: [Family; 3] = [Family::Ipv4, Family::Ipv6, Family::Other];
+}
+
+/// Number of counters (outcomes times families).
+pub const COUNTER_COUNT: usize = Outcome::ALL.len() * Family::ALL.len();
+
+/// Index of the counter of `outcome` for `family`.
+#[inline(always)]
+pub const fn counter_index(outcome: Outcome, family: Family) -> u32 {
+    outcome as u32 * Family::ALL.len() as u32 + family as u32
+}
+
+/// What the test-only locate program found for a packet's matched address
+/// at the active profile's first prefix length: the hash and, per
+/// fingerprint width 8, 16 and 32, the fingerprint and both buckets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocateReport {
+    /// `NetKey::hash(seed)`.
+    pub hash: u64,
+    /// Fingerprints for widths 8, 16, 32.
+    pub fingerprint: [u32; 3],
+    /// Primary buckets for widths 8, 16, 32.
+    pub primary: [u32; 3],
+    /// Alternate buckets for widths 8, 16, 32.
+    pub alternate: [u32; 3],
+    /// 1 once the program has written a report for an IP packet.
+    pub valid: u32,
+}
+
+/// Name of the baselines' config map (active lengths for the hash program).
+pub const BASELINE_LENGTHS_MAP: &str = "BASELINE_LENGTHS";
+/// Name of the baselines' exact hash map (key: [`baseline_hash_key`]).
+pub const BASELINE_HASH_MAP: &str = "BASELINE_HASH";
+/// Name of the baselines' IPv4 LPM trie.
+pub const BASELINE_LPM_MAP: &str = "BASELINE_LPM";
+/// Name of the baseline program probing the exact hash map once per length.
+pub const BASELINE_HASH_PROGRAM: &str = "baseline_hash";
+/// Name of the baseline program looking the address up in the LPM trie.
+pub const BASELINE_LPM_PROGRAM: &str = "baseline_lpm";
+
+/// The exact hash map key of an IPv4 prefix: its length and masked address.
+#[inline(always)]
+pub const fn baseline_hash_key(address: u32, prefix_len: u8) -> u64 {
+    let mask = match u32::MAX.checked_shl(32 - prefix_len as u32) {
+        Some(mask) if prefix_len > 0 => mask,
+        _ => 0,
+    };
+    (prefix_len as u64) << 32 | (address & mask) as u64
+}
+
+/// Active IPv4 prefix lengths of the baseline hash program, longest first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BaselineLengths {
+    /// How many of `lengths` are in use.
+    pub count: u32,
+    /// The lengths.
+    pub lengths: [u8; MAX_PREFIX_LENGTHS],
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<FilterProfile>() == 40);
+    assert!(core::mem::size_of::<Config>() == 16 + 2 * 40);
+    assert!(core::mem::size_of::<Counter>() == 16);
+    assert!(core::mem::size_of::<LocateReport>() == 8 + 40);
+    assert!(core::mem::size_of::<BaselineLengths>() == 12);
+    assert!(core::mem::size_of::<prefilter::Prefilter>() == 2 * prefilter::PREFILTER_BITS / 8);
+};

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The benchmark behind `./x bench-cfctl` (see userspace/BENCHMARKS-cfctl.md):
+# wall time to import 10^6 IPv4 addresses into an attached filter (median
+# of three fresh imports) and to replace them with a list that shares half
+# of them, and the latency of adding one address, for cfctl,
+# xdp-filter (xdp-tools) and `ipset restore` in the same run on the same
+# list. The XDP programs are attached (native mode) to the host end of a
+# veth pair whose peer is in a namespace the script creates; no traffic is
+# sent. Everything is removed on exit, also when a step fails.
+#
+# Usage: cfctl-bench.sh PATH/TO/cfctl   (as root; needs xdp-filter, ipset,
+# python3). ENTRIES, ADDS and XDP_FILTER_ADDS override the sizes.
+set -euo pipefail
+
+cfctl_binary=$(realpath "$1")
+entries=${ENTRIES:-1000000}
+adds=${ADDS:-25}
+xdp_filter_adds=${XDP_FILTER_ADDS:-1000}
+tag=$$
+namespace="cfbench-$tag"
+host_link="cfbh$tag"
+pin_dir="/sys/fs/bpf/cfctl-bench-$tag"
+ipset_name="cfbench-$tag"
+work=$(mktemp -d /tmp/cfctl-bench.XXXXXX)
+
+state="$work/state"
+
+cleanup() {
+    "$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" detach --all >/dev/null 2>&1 || true
+    xdp-filter unload "$host_link" >/dev/null 2>&1 || true
+    ipset destroy "$ipset_name" >/dev/null 2>&1 || true
+    ipset destroy "$ipset_name-new" >/dev/null 2>&1 || true
+    ip netns del "$namespace" 2>/dev/null || true
+    ip link del "$host_link" 2>/dev/null || true
+    rm -rf "$pin_dir" "$work"
+}
+trap cleanup EXIT
+
+cfctl() { "$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" "$@"; }
+median() { python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
+# Wall-clock seconds since START (an $EPOCHREALTIME value), to the ms.
+seconds_since() {
+    local end=$EPOCHREALTIME
+    python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$end"
+}
+
+# Median wall time in milliseconds of running "$@ ADDRESS" for `count`
+# fresh addresses in 198.19.0.0/16 (printed as "median (min-max)").
+latency_ms() {
+    local count=$1 times=()
+    shift
+    for i in $(seq 1 "$count"); do
+        local start=$EPOCHREALTIME
+        "$@" "198.19.$((i / 256)).$((i % 256))" >/dev/null
+        times+=("$start" "$EPOCHREALTIME")
+    done
+    python3 -c "
+import statistics, sys
+t = [float(v) for v in sys.argv[1:]]
+ms = sorted((end - start) * 1000 for start, end in zip(t[::2], t[1::2]))
+print(f'{statistics.median(ms):.2f} ms ({ms[0]:.2f}-{ms[-1]:.2f})')" "${times[@]}"
+}
+
+echo "==> network: $host_link <-veth-> $namespace; $entries random IPv4 addresses"
+ip netns add "$namespace"
+ip link add "$host_link" type veth peer name cfbench-peer netns "$namespace"
+ip link set "$host_link" up
+ip -n "$namespace" link set cfbench-peer up
+python3 - "$entries" "$work" "$ipset_name" <<'PY'
+import random, sys
+entries, work, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rng = random.Random(0x5eed)
+addresses = set()
+while len(addresses) < entries:
+    addresses.add(rng.randrange(0x0100_0000, 0xC612_0000))  # below 198.18.0.0
+# The replacement keeps every other address and brings as many new ones.
+kept = sorted(addresses)[::2]
+fresh = set()
+while len(fresh) < entries - len(kept):
+    address = rng.randrange(0x0100_0000, 0xC612_0000)
+    if address not in addresses:
+        fresh.add(address)
+def text(values):
+    return [f"{a >> 24}.{a >> 16 & 255}.{a >> 8 & 255}.{a & 255}" for a in values]
+for values, list_path, set_name, restore_path in [
+    (addresses, "list.txt", name, "ipset.restore"),
+    (kept + sorted(fresh), "replacement.txt", f"{name}-new", "ipset-new.restore"),
+]:
+    lines = text(values)
+    with open(f"{work}/{list_path}", "w") as out:
+        out.write("\n".join(lines) + "\n")
+    with open(f"{work}/{restore_path}", "w") as out:
+        out.write(f"create {set_name} hash:ip family inet hashsize 1048576 maxelem {2 * entries}\n")
+        out.writelines(f"add {set_name} {line}\n" for line in lines)
+PY
+
+echo "==> cfctl"
+imports=()
+for run in 1 2 3; do
+    [ "$run" -gt 1 ] && cfctl detach --all >/dev/null
+    state="$work/state-$run"
+    cfctl attach "$host_link" --capacity $((entries + entries / 10)) >/dev/null
+    start=$EPOCHREALTIME; cfctl import "$work/list.txt" >/dev/null; imports+=("$(seconds_since "$start")")
+done
+cfctl_import="$(median "${imports[@]}") (${imports[*]})"
+cfctl verify >/dev/null
+start=$EPOCHREALTIME; cfctl import --replace "$work/replacement.txt" >/dev/null; cfctl_replace=$(seconds_since "$start")
+cfctl verify >/dev/null
+cfctl_add=$(latency_ms "$adds" cfctl add)
+cfctl status
+cfctl detach --all >/dev/null
+
+echo "==> xdp-filter"
+xdp-filter load --mode native "$host_link"
+start=$EPOCHREALTIME
+head -n "$xdp_filter_adds" "$work/list.txt" | while read -r address; do
+    xdp-filter ip "$address"
+done
+xdp_filter_bulk=$(seconds_since "$start")
+xdp_filter_add=$(latency_ms "$adds" xdp-filter ip)
+xdp_filter_per_entry=$(python3 -c "print(f'{float(\"$xdp_filter_bulk\") / $xdp_filter_adds * 1000:.2f}')")
+xdp-filter unload "$host_link"
+
+echo "==> ipset"
+imports=()
+for run in 1 2 3; do
+    ipset destroy "$ipset_name" >/dev/null 2>&1 || true
+    start=$EPOCHREALTIME; ipset restore -f "$work/ipset.restore"; imports+=("$(seconds_since "$start")")
+done
+ipset_import="$(median "${imports[@]}") (${imports[*]})"
+start=$EPOCHREALTIME
+ipset restore -f "$work/ipset-new.restore"
+ipset swap "$ipset_name-new" "$ipset_name"
+ipset destroy "$ipset_name-new"
+ipset_replace=$(seconds_since "$start")
+ipset_add=$(latency_ms "$adds" ipset add "$ipset_name")
+
+cat <<TABLE
+
+| tool | import $entries IPv4 addresses, s (median; runs) | replace with a list sharing half (atomic swap), s | add one address (median of $adds, min-max) |
+|---|---|---|---|
+| cfctl (XDP cuckoo filter, attached) | ${cfctl_import} | ${cfctl_replace} | ${cfctl_add} |
+| xdp-filter (XDP hash map, attached) | cannot: its maps hold at most 10,000 entries; $xdp_filter_adds adds took ${xdp_filter_bulk} s (${xdp_filter_per_entry} ms each) | - | ${xdp_filter_add} |
+| ipset restore (hash:ip, not attached to any filter) | ${ipset_import} | ${ipset_replace} | ${ipset_add} |
+TABLE

@@ -1,0 +1,448 @@
+//! Benchmark of the XDP blocklist against an exact BPF hash map program and
+//! a BPF LPM trie program on the same entries: nanoseconds per packet
+//! (BPF_PROG_TEST_RUN, 10^6 repetitions per frame) and locked map memory
+//! per entry, for 10^3, 10^6 and 1.6*10^7 IPv4 addresses and for the FireHOL
+//! level 1 list. Frames come from addresses drawn at random: listed ones
+//! (hits), unlisted ones (misses), and unlisted ones in a block the
+//! filter's prefilter marks (misses that probe). The filter runs twice: with
+//! its block prefilter, and with every prefilter bit set (no early exit).
+//! Prints a markdown table. Needs root.
+//!
+//! `cargo run -p userspace --release --example xdp_bench [-- NETSET_FILE]`
+//! (default: ../shared/data/blocklists/firehol_level1.netset from the
+//! repository root).
+
+use std::mem::offset_of;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use aya::maps::lpm_trie::Key;
+use aya::maps::{HashMap, LpmTrie, Map, MapData};
+use aya::programs::Xdp;
+use aya::{Ebpf, EbpfLoader};
+use blocklist_ebpf::prefilter::{Prefilter, PREFILTER_WORDS};
+use blocklist_ebpf::{
+    baseline_hash_key, BaselineLengths, FilterShape, BASELINE_HASH_MAP, BASELINE_HASH_PROGRAM,
+    BASELINE_LENGTHS_MAP, BASELINE_LPM_MAP, BASELINE_LPM_PROGRAM, MAX_PREFIX_LENGTHS,
+};
+use etherparse::PacketBuilder;
+use filter_core::NetKey;
+use ipnet::{IpNet, Ipv4Net};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use userspace::loader::LoadOptions;
+use userspace::mapped::MappedValue;
+use userspace::plan::{KeyPlan, PlanLimits};
+use userspace::test_run::{run_xdp, TestRun, XdpAction};
+use userspace::Blocklist;
+
+static BASELINES_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baselines"));
+
+const REPEAT: u32 = 1_000_000;
+const FRAMES_PER_CASE: usize = 32;
+/// Random draws allowed to find the frames of one case.
+const MAX_DRAWS: usize = 1 << 26;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Runs a program on a frame `repeat` times.
+type Runner<'a> = dyn Fn(&[u8], u32) -> BenchResult<TestRun> + 'a;
+
+/// The entries of one row.
+struct Dataset {
+    name: String,
+    /// Most prefix lengths probed per packet.
+    probe_budget: usize,
+    cidrs: Vec<Ipv4Net>,
+}
+
+/// The source addresses of one dataset's frames, drawn at random.
+struct Frames {
+    /// Inside a random entry.
+    hits: Vec<Ipv4Addr>,
+    /// Unlisted.
+    misses: Vec<Ipv4Addr>,
+    /// Unlisted, in a block the prefilter marks.
+    marked_misses: Vec<Ipv4Addr>,
+}
+
+impl Frames {
+    fn draw(dataset: &Dataset, plan: &KeyPlan, rng: &mut StdRng) -> BenchResult<Self> {
+        let hits = (0..FRAMES_PER_CASE)
+            .map(|_| {
+                let cidr = dataset.cidrs[rng.random_range(0..dataset.cidrs.len())];
+                let host_mask = u32::MAX.checked_shr(cidr.prefix_len().into()).unwrap_or(0);
+                Ipv4Addr::from(u32::from(cidr.network()) | (rng.random::<u32>() & host_mask))
+            })
+            .collect();
+        let unlisted = |address: Ipv4Addr| plan.covering_entries(IpAddr::V4(address)).is_empty();
+        let misses = draw_addresses(rng, unlisted)?;
+        let marked_misses = draw_addresses(rng, |address| {
+            unlisted(address) && plan.prefilter_marks(IpAddr::V4(address))
+        })?;
+        Ok(Self {
+            hits,
+            misses,
+            marked_misses,
+        })
+    }
+}
+
+/// `FRAMES_PER_CASE` addresses drawn uniformly from those `wanted` accepts.
+fn draw_addresses(
+    rng: &mut StdRng,
+    wanted: impl Fn(Ipv4Addr) -> bool,
+) -> BenchResult<Vec<Ipv4Addr>> {
+    let addresses: Vec<Ipv4Addr> = (0..MAX_DRAWS)
+        .map(|_| Ipv4Addr::from(rng.random::<u32>()))
+        .filter(|&address| wanted(address))
+        .take(FRAMES_PER_CASE)
+        .collect();
+    if addresses.len() < FRAMES_PER_CASE {
+        return Err(format!("found only {} addresses to draw from", addresses.len()).into());
+    }
+    Ok(addresses)
+}
+
+/// The `index`-th of a sequence of distinct addresses (an odd multiplier
+/// permutes u32).
+fn distinct_address(index: u32) -> Ipv4Addr {
+    Ipv4Addr::from(index.wrapping_mul(0x9e37_79b1))
+}
+
+fn address_dataset(count: u32) -> Dataset {
+    Dataset {
+        name: format!("{count} IPv4 addresses"),
+        probe_budget: MAX_PREFIX_LENGTHS,
+        cidrs: (0..count)
+            .map(|index| Ipv4Net::from(distinct_address(index)))
+            .collect(),
+    }
+}
+
+fn netset_dataset(path: &PathBuf, probe_budget: usize) -> BenchResult<Dataset> {
+    let text =
+        std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut cidrs = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (address, prefix_len) = line.split_once('/').unwrap_or((line, "32"));
+        let address: Ipv4Addr = address
+            .parse()
+            .map_err(|error| format!("{}:{}: {error}", path.display(), number + 1))?;
+        let prefix_len: u8 = prefix_len
+            .parse()
+            .map_err(|error| format!("{}:{}: {error}", path.display(), number + 1))?;
+        cidrs.push(
+            Ipv4Net::new(address, prefix_len)
+                .map_err(|error| format!("{}:{}: {error}", path.display(), number + 1))?,
+        );
+    }
+    Ok(Dataset {
+        name: format!(
+            "{} ({} CIDRs), {probe_budget} lengths",
+            path.file_name()
+                .map_or("netset".into(), |name| name.to_string_lossy()),
+            cidrs.len()
+        ),
+        probe_budget,
+        cidrs,
+    })
+}
+
+/// A 64-byte UDP frame from `source`.
+fn frame(source: Ipv4Addr) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(source.octets(), [198, 18, 0, 1], 64)
+        .udp(40000, 4242);
+    let payload = [0u8; 22];
+    let mut frame = Vec::with_capacity(builder.size(payload.len()));
+    builder
+        .write(&mut frame, &payload)
+        .expect("writing to a Vec");
+    frame
+}
+
+/// Mean ns per packet over the frames, and how many got `expected`.
+fn measure(run: &Runner, addresses: &[Ipv4Addr], expected: XdpAction) -> BenchResult<(f64, usize)> {
+    let mut total = 0u64;
+    let mut as_expected = 0;
+    for &address in addresses {
+        let result = run(&frame(address), REPEAT)?;
+        total += u64::from(result.duration_ns);
+        as_expected += usize::from(result.action == expected);
+    }
+    Ok((total as f64 / addresses.len() as f64, as_expected))
+}
+
+/// Times of one program on every kind of frame.
+struct Timings {
+    hit_ns: f64,
+    miss_ns: f64,
+    marked_miss_ns: f64,
+    /// Frames that got the wrong verdict.
+    wrong: usize,
+}
+
+fn measure_all(run: &Runner, frames: &Frames) -> BenchResult<Timings> {
+    let (hit_ns, hits) = measure(run, &frames.hits, XdpAction::Drop)?;
+    let (miss_ns, misses) = measure(run, &frames.misses, XdpAction::Pass)?;
+    let (marked_miss_ns, marked_misses) = measure(run, &frames.marked_misses, XdpAction::Pass)?;
+    Ok(Timings {
+        hit_ns,
+        miss_ns,
+        marked_miss_ns,
+        wrong: 3 * FRAMES_PER_CASE - hits - misses - marked_misses,
+    })
+}
+
+/// Locked memory of a map, from /proc/self/fdinfo.
+fn memlock(map: &MapData) -> BenchResult<u64> {
+    use std::os::fd::AsRawFd;
+    let fd = map.fd().as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("memlock:"))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| "no memlock in fdinfo".into())
+}
+
+fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> BenchResult<&'a MapData> {
+    match ebpf.map(name) {
+        Some(Map::HashMap(data) | Map::LpmTrie(data)) => Ok(data),
+        _ => Err(format!("no map {name}").into()),
+    }
+}
+
+struct Row {
+    program: &'static str,
+    keys: usize,
+    fill_seconds: f64,
+    timings: Timings,
+    bytes: u64,
+}
+
+/// The filter with its prefilter, then with every prefilter bit set.
+fn bench_filter(keys: &[NetKey], frames: &Frames) -> BenchResult<[Row; 2]> {
+    let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, keys.len())
+        .ok_or("filter too large")?;
+    let mut blocklist = Blocklist::load(&options)?;
+    let start = Instant::now();
+    blocklist
+        .maps_mut()
+        .replace_filter::<u16, 4>(options.seed, keys)?;
+    let fill_seconds = start.elapsed().as_secs_f64();
+    let bytes = memlock(&blocklist.maps_mut().live_table_map()?)?;
+    let with_prefilter = {
+        let run = |frame: &[u8], repeat| -> BenchResult<TestRun> {
+            Ok(blocklist.test_run(frame, repeat)?)
+        };
+        measure_all(&run, frames)?
+    };
+    let maps = blocklist.maps_mut();
+    let (profile, table) = (maps.live_profile(), maps.live_table_map()?);
+    let every_bit = Prefilter {
+        ipv4: [u64::MAX; PREFILTER_WORDS],
+        ipv6: [u64::MAX; PREFILTER_WORDS],
+    };
+    maps.install(&table, &profile, &every_bit)?;
+    let run =
+        |frame: &[u8], repeat| -> BenchResult<TestRun> { Ok(blocklist.test_run(frame, repeat)?) };
+    let without_prefilter = measure_all(&run, frames)?;
+    Ok([
+        Row {
+            program: "cuckoo filter",
+            keys: keys.len(),
+            fill_seconds,
+            timings: with_prefilter,
+            bytes,
+        },
+        Row {
+            program: "cuckoo filter, every prefilter bit set",
+            keys: keys.len(),
+            fill_seconds,
+            timings: without_prefilter,
+            bytes,
+        },
+    ])
+}
+
+fn load_baseline(program: &'static str, map: &'static str, entries: u32) -> BenchResult<Ebpf> {
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries(map, entries.max(1))
+        .load(BASELINES_OBJECT)?;
+    let xdp: &mut Xdp = ebpf
+        .program_mut(program)
+        .ok_or("missing program")?
+        .try_into()?;
+    xdp.load()?;
+    Ok(ebpf)
+}
+
+fn baseline_runner<'a>(ebpf: &'a Ebpf, program: &str) -> BenchResult<Box<Runner<'a>>> {
+    let xdp: &Xdp = ebpf.program(program).ok_or("missing program")?.try_into()?;
+    let fd = xdp.fd()?;
+    Ok(Box::new(move |frame: &[u8], repeat| {
+        Ok(run_xdp(fd.as_fd(), frame, repeat)?)
+    }))
+}
+
+fn bench_hash(keys: &[NetKey], lengths: &[u8], frames: &Frames) -> BenchResult<Row> {
+    let mut ebpf = load_baseline(BASELINE_HASH_PROGRAM, BASELINE_HASH_MAP, keys.len() as u32)?;
+    let lengths_map = match ebpf.map(BASELINE_LENGTHS_MAP) {
+        Some(Map::Array(data)) => MappedValue::<BaselineLengths>::new(data.fd().as_fd())?,
+        _ => return Err("no baseline lengths map".into()),
+    };
+    let fields = lengths_map.fields();
+    fields
+        .atomic_u32(offset_of!(BaselineLengths, count))
+        .ok_or("baseline lengths mapping too small")?
+        .store(lengths.len() as u32, Ordering::SeqCst);
+    for (position, &len) in lengths.iter().enumerate() {
+        fields
+            .atomic_u8(offset_of!(BaselineLengths, lengths) + position)
+            .ok_or("baseline lengths mapping too small")?
+            .store(len, Ordering::SeqCst);
+    }
+    let start = Instant::now();
+    {
+        let mut map = HashMap::<&mut MapData, u64, u8>::try_from(
+            ebpf.map_mut(BASELINE_HASH_MAP).ok_or("no hash map")?,
+        )?;
+        for key in keys {
+            let [_, address, _] = *key.words();
+            map.insert(baseline_hash_key(address as u32, key.prefix_len()), 1, 0)?;
+        }
+    }
+    let fill_seconds = start.elapsed().as_secs_f64();
+    let run = baseline_runner(&ebpf, BASELINE_HASH_PROGRAM)?;
+    Ok(Row {
+        program: "BPF hash map",
+        keys: keys.len(),
+        fill_seconds,
+        timings: measure_all(&run, frames)?,
+        bytes: memlock(map_data(&ebpf, BASELINE_HASH_MAP)?)?,
+    })
+}
+
+fn bench_lpm(dataset: &Dataset, frames: &Frames) -> BenchResult<Row> {
+    let mut ebpf = load_baseline(
+        BASELINE_LPM_PROGRAM,
+        BASELINE_LPM_MAP,
+        dataset.cidrs.len() as u32,
+    )?;
+    let start = Instant::now();
+    {
+        let mut trie = LpmTrie::<&mut MapData, [u8; 4], u8>::try_from(
+            ebpf.map_mut(BASELINE_LPM_MAP).ok_or("no trie")?,
+        )?;
+        for cidr in &dataset.cidrs {
+            trie.insert(
+                &Key::new(u32::from(cidr.prefix_len()), cidr.network().octets()),
+                1,
+                0,
+            )?;
+        }
+    }
+    let fill_seconds = start.elapsed().as_secs_f64();
+    let run = baseline_runner(&ebpf, BASELINE_LPM_PROGRAM)?;
+    Ok(Row {
+        program: "BPF LPM trie",
+        keys: dataset.cidrs.len(),
+        fill_seconds,
+        timings: measure_all(&run, frames)?,
+        bytes: memlock(map_data(&ebpf, BASELINE_LPM_MAP)?)?,
+    })
+}
+
+/// ns per packet of a baseline program that stops at the ethertype of an
+/// ARP frame: the test-run harness plus the least possible work.
+fn harness_floor() -> BenchResult<u32> {
+    let ebpf = load_baseline(BASELINE_LPM_PROGRAM, BASELINE_LPM_MAP, 1)?;
+    let run = baseline_runner(&ebpf, BASELINE_LPM_PROGRAM)?;
+    let mut arp = frame(Ipv4Addr::UNSPECIFIED);
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    let result = run(&arp, REPEAT)?;
+    if result.action != XdpAction::Pass {
+        return Err(format!("the baseline program returned {:?} for ARP", result.action).into());
+    }
+    Ok(result.duration_ns)
+}
+
+fn main() -> BenchResult<()> {
+    let floor_ns = harness_floor()?;
+    println!("Harness floor (baseline program on a non-IP frame: test run + Ethernet parse): {floor_ns} ns/packet\n");
+    let netset = std::env::args_os().nth(1).map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/blocklists/firehol_level1.netset")
+        },
+        PathBuf::from,
+    );
+    let datasets = [
+        address_dataset(1_000),
+        address_dataset(1_000_000),
+        address_dataset(16_000_000),
+        netset_dataset(&netset, MAX_PREFIX_LENGTHS)?,
+        netset_dataset(&netset, 4)?,
+    ];
+    println!("| entries | program | keys | fill s | hit ns | miss ns | marked-block miss ns | hit - floor | miss - floor | marked-block miss - floor | locked bytes | bytes/entry | wrong verdicts |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rng = StdRng::seed_from_u64(0x0b0e_5eed);
+    let floor = f64::from(floor_ns);
+    for dataset in &datasets {
+        let limits = PlanLimits {
+            ipv4_lengths: dataset.probe_budget,
+            ..PlanLimits::default()
+        };
+        let plan = KeyPlan::build(dataset.cidrs.iter().copied().map(IpNet::V4), limits)?;
+        let keys: Vec<NetKey> = plan.keys().copied().collect();
+        let mut lengths = plan.lengths().ipv4().to_vec();
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        let frames = Frames::draw(dataset, &plan, &mut rng)?;
+        let [filter, unfiltered] = bench_filter(&keys, &frames)?;
+        let rows = [
+            filter,
+            unfiltered,
+            bench_hash(&keys, &lengths, &frames)?,
+            bench_lpm(dataset, &frames)?,
+        ];
+        for row in rows {
+            let timings = &row.timings;
+            println!(
+                "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {} |",
+                dataset.name,
+                row.program,
+                row.keys,
+                row.fill_seconds,
+                timings.hit_ns,
+                timings.miss_ns,
+                timings.marked_miss_ns,
+                timings.hit_ns - floor,
+                timings.miss_ns - floor,
+                timings.marked_miss_ns - floor,
+                row.bytes,
+                row.bytes as f64 / dataset.cidrs.len() as f64,
+                timings.wrong
+            );
+        }
+        let marked_blocks = plan
+            .prefilter()
+            .ipv4
+            .iter()
+            .map(|word| word.count_ones())
+            .sum::<u32>();
+        eprintln!(
+            "{}: probe lengths {lengths:?}, {marked_blocks} of 65536 IPv4 /16 blocks marked",
+            dataset.name
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! cfctl's command line: every command, option and help text (the man page
+//! and shell completions are generated from these definitions).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use userspace::control::{DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
+
+const ABOUT: &str = "Keep an XDP cuckoo-filter blocklist (or a filter device) up to date";
+
+const LONG_ABOUT: &str = "\
+cfctl loads an XDP program that drops packets whose source (or destination) \
+address is on a blocklist, attaches it to network interfaces, and keeps its \
+filter up to date from the command line and from blocklist feeds (FireHOL \
+netsets, Spamhaus DROP/DROPv6, plain lists; IPv4 and IPv6, addresses and \
+CIDRs).
+
+The exact list of entries lives in a transactional store in the state \
+directory; the in-kernel cuckoo filter is derived from it. Every change is \
+written to the store and to the live filter together: a listed address never \
+disappears from the filter, even for an instant, and a change that cannot be \
+applied in full changes nothing. The attachment outlives cfctl (the program, \
+its maps and its links are pinned in the pin directory), and `cfctl attach` \
+after a reboot rebuilds the filter from the store.
+
+With --device, the same verbs (add, del, check, import, status, stats, save) \
+drive a microcontroller running the filter firmware over a serial link.";
+
+const EXAMPLES: &str = "\
+Examples:
+  cfctl attach eth0                       load and attach, filter from the store
+  cfctl import firehol_level1.netset      add a feed's entries (all or nothing)
+  cfctl import --replace spamhaus_drop.txt    swap the whole list atomically
+  cfctl add 198.18.7.0/24 2001:db8:bad::1
+  cfctl check 198.18.7.9                  which entry lists it, if any
+  cfctl stats --watch 1                   packets and bytes per second
+  cfctl --device /dev/ttyUSB0 import list.txt   push a list to a device
+
+Files:
+  /sys/fs/bpf/cfctl     pinned program, maps and links (--pin-dir)
+  /var/lib/cfctl        the entry store, cfctl.redb (--state-dir)
+
+Exit status: 0 on success, 1 on any error (one line on standard error), \
+2 for a command line that cannot be parsed.";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cfctl",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = EXAMPLES,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOptions,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct GlobalOptions {
+    /// Print reports as JSON (one object; `stats --watch` prints one per
+    /// interval).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The bpffs directory holding the pinned program, maps and links
+    /// (bpffs is mounted at /sys/fs/bpf if it is missing).
+    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+    /// The directory holding the entry store.
+    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Drive a filter device instead of XDP: a serial port or pty, a unix
+    /// socket, or tcp:HOST:PORT (a ser2net-style serial server).
+    #[arg(long, global = true, value_name = "PATH|tcp:HOST:PORT")]
+    pub device: Option<String>,
+    /// Baud rate of a serial device.
+    #[arg(long, global = true, value_name = "N", default_value_t = 115_200)]
+    pub baud: u32,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load the blocklist program and attach it to interfaces.
+    ///
+    /// The first attach loads the program, builds its filter from the store
+    /// and pins program, maps and one link per interface; later attaches
+    /// reuse the pinned program, so every interface shares one filter.
+    /// Attaching again rebuilds the filter from the store (which repairs it
+    /// after an interrupted update). Settings given here are stored and
+    /// apply after a reboot too.
+    Attach(AttachArgs),
+    /// Detach from interfaces.
+    ///
+    /// When no interface is left, the program and its maps are unpinned
+    /// (counters are lost) unless --keep-state. The entry store is never
+    /// touched: attach again to get the same list back.
+    Detach(DetachArgs),
+    /// Add addresses or CIDRs to the blocklist.
+    Add(AddArgs),
+    /// Delete entries from the blocklist.
+    ///
+    /// Only exact entries are deleted (as `cfctl list` shows them); a
+    /// filter key leaves the filter only when no remaining entry covers it.
+    Del(DelArgs),
+    /// Change or show the allowlist, which always wins over the blocklist.
+    #[command(subcommand)]
+    Allow(AllowCommand),
+    /// Tell whether an address is listed, and by which entry.
+    ///
+    /// Warns when the filter matches an address no entry covers: a false
+    /// positive of the approximate filter (packets from it are dropped too).
+    Check(CheckArgs),
+    /// List the blocklist entries with their source, comment and time added.
+    List,
+    /// Print the blocklist as a plain list that `cfctl import` reads back.
+    Export,
+    /// Add every entry of a blocklist file, all or nothing.
+    ///
+    /// Any invalid line aborts the import with FILE:LINE: reason, and
+    /// nothing changes (unless --skip-invalid). With --replace the file
+    /// becomes the whole list, swapped in atomically. On a device, the list
+    /// always replaces what the device held.
+    Import(ImportArgs),
+    /// Show interfaces, settings, entries, filter load and expected
+    /// false-positive rate.
+    Status,
+    /// Show packet and byte counters by outcome and family.
+    Stats(StatsArgs),
+    /// Drop listed packets (enforce) or only count them (monitor).
+    Mode(ModeArgs),
+    /// Recompute the filter from the store and compare it with the live one.
+    Verify,
+    /// Rebuild the filter with another capacity and swap it in with no gap.
+    ///
+    /// A new program with the larger filter replaces the old one on every
+    /// link atomically; counters start again from zero.
+    Resize(ResizeArgs),
+    /// Save a device's filter to its flash (devices only).
+    Save,
+    /// Print the man page (cfctl.1), or write a page per command to a
+    /// directory.
+    Man(ManArgs),
+    /// Print a shell completion script.
+    Completions(CompletionsArgs),
+}
+
+impl Command {
+    /// The command's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Attach(_) => "attach",
+            Command::Detach(_) => "detach",
+            Command::Add(_) => "add",
+            Command::Del(_) => "del",
+            Command::Allow(_) => "allow",
+            Command::Check(_) => "check",
+            Command::List => "list",
+            Command::Export => "export",
+            Command::Import(_) => "import",
+            Command::Status => "status",
+            Command::Stats(_) => "stats",
+            Command::Mode(_) => "mode",
+            Command::Verify => "verify",
+            Command::Resize(_) => "resize",
+            Command::Save => "save",
+            Command::Man(_) => "man",
+            Command::Completions(_) => "completions",
+        }
+    }
+}
+
+/// How the program runs on an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// In the driver (fastest; the driver must support XDP).
+    Native,
+    /// In the generic network stack; works on any interface.
+    Skb,
+}
+
+/// Which address is matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MatchArg {
+    /// The source address.
+    Src,
+    /// The destination address.
+    Dst,
+}
+
+/// Which packets are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Drop packets of listed addresses (unless allowlisted).
+    Deny,
+    /// Drop every IP packet whose address is not allowlisted.
+    Allow,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Interfaces to attach to.
+    #[arg(required = true, value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+    /// Native (driver) or SKB (generic) XDP.
+    #[arg(long, value_enum, default_value_t = ModeArg::Native)]
+    pub mode: ModeArg,
+    /// Filter keys the filter is sized for [stored; default 1048576].
+    #[arg(long, value_name = "N")]
+    pub capacity: Option<u64>,
+    /// Target false-positive rate per probe; picks the narrowest
+    /// fingerprint that reaches it [stored; default 16-bit].
+    #[arg(long, value_name = "P", conflicts_with = "fingerprint_bits")]
+    pub fpr: Option<f64>,
+    /// Fingerprint width.
+    #[arg(long, value_name = "BITS", value_parser = ["8", "16", "32"])]
+    pub fingerprint_bits: Option<String>,
+    /// Match packets' source or destination addresses [stored; default src].
+    #[arg(long = "match", value_enum)]
+    pub match_address: Option<MatchArg>,
+    /// Deny listed addresses, or allow only allowlisted ones [stored;
+    /// default deny].
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyArg>,
+}
+
+#[derive(Debug, Args)]
+pub struct DetachArgs {
+    /// Interfaces to detach from.
+    #[arg(
+        value_name = "IFACE",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub interfaces: Vec<String>,
+    /// Detach from every interface.
+    #[arg(long)]
+    pub all: bool,
+    /// Keep the program and maps pinned when no interface is left.
+    #[arg(long)]
+    pub keep_state: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// Addresses (a host prefix) or CIDRs, IPv4 or IPv6; host bits must be
+    /// zero.
+    #[arg(required = true, value_name = "ADDR|CIDR")]
+    pub entries: Vec<String>,
+    /// A comment stored with the entries.
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DelArgs {
+    /// Entries to delete, exactly as listed.
+    #[arg(required = true, value_name = "ADDR|CIDR")]
+    pub entries: Vec<String>,
+}
+
+/// Allowlist commands.
+#[derive(Debug, Subcommand)]
+pub enum AllowCommand {
+    /// Add addresses or CIDRs to the allowlist.
+    Add(AddArgs),
+    /// Delete entries from the allowlist.
+    Del(DelArgs),
+    /// List the allowlist.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The address to check.
+    #[arg(value_name = "ADDR")]
+    pub address: String,
+}
+
+/// A blocklist file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Detect from the file name and its first lines.
+    Auto,
+    /// One address or CIDR per line; `#` comments anywhere.
+    Plain,
+    /// FireHOL .netset/.ipset: `#` header lines, bare entries.
+    Netset,
+    /// Spamhaus DROP/DROPv6: `CIDR ; SBLnnn`, `;` comments.
+    Spamhaus,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The list to import, or - for standard input.
+    #[arg(value_name = "FILE|-")]
+    pub file: PathBuf,
+    /// The file's format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
+    pub format: FormatArg,
+    /// Make the file the whole list, swapped in atomically (entries not in
+    /// it are deleted).
+    #[arg(long)]
+    pub replace: bool,
+    /// Skip invalid lines (each is reported) instead of aborting.
+    #[arg(long)]
+    pub skip_invalid: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Print rates every SECONDS until interrupted.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<f64>,
+}
+
+/// What the program does with listed packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EnforcementArg {
+    /// Drop them.
+    Enforce,
+    /// Pass them and count them as would-drop.
+    Monitor,
+}
+
+#[derive(Debug, Args)]
+pub struct ModeArgs {
+    /// enforce or monitor.
+    #[arg(value_enum)]
+    pub mode: EnforcementArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ResizeArgs {
+    /// Filter keys the new filter is sized for.
+    #[arg(long, value_name = "N", required = true)]
+    pub capacity: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write cfctl.1 and one page per command (cfctl-attach.1, ...) here
+    /// instead of printing cfctl.1.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}

@@ -1,0 +1,457 @@
+//! `cfctl`: the command-line control plane of the XDP cuckoo-filter
+//! blocklist and of filter devices. Parses the command line (see `cli`),
+//! runs each command on `userspace::control`, prints the report (see
+//! `report`) and turns any error into one line on standard error and exit
+//! status 1.
+
+mod cli;
+mod report;
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{CommandFactory, Parser};
+use ipnet::IpNet;
+use userspace::blocklist::{self, ListFormat, ParseOptions, ParsedList};
+use userspace::control::device::DeviceControl;
+use userspace::control::{
+    self, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
+    EntryRecord, NoProgress,
+};
+use userspace::loader::{AttachMode, MatchAddress, Mode, Policy};
+use userspace::store::{ListKind, NewEntry};
+
+use cli::{
+    AllowCommand, Cli, Command, EnforcementArg, FormatArg, GlobalOptions, MatchArg, ModeArg,
+    PolicyArg,
+};
+
+fn main() -> ExitCode {
+    // Like other command-line tools, end quietly when the reader of the
+    // output goes away (`cfctl list | head`) instead of failing to print.
+    // SAFETY: resets a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() => {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid command line");
+            eprintln!(
+                "cfctl: {} (see cfctl --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
+            eprintln!("cfctl: {}", dedup_chain(&chain));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Joins an error chain with ": ", leaving out messages that repeat the
+/// end of the previous one (transparent wrappers).
+fn dedup_chain(chain: &[String]) -> String {
+    let mut line = String::new();
+    for message in chain {
+        if line.ends_with(message.as_str()) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(message);
+    }
+    line
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Man(args) => return man(args.out.as_deref()),
+        Command::Completions(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                "cfctl",
+                &mut std::io::stdout(),
+            );
+            return Ok(());
+        }
+        _ => {}
+    }
+    if let Some(target) = &global.device {
+        return run_device(global, target, &cli.command);
+    }
+    match &cli.command {
+        Command::Stats(args) => return stats(global, args.watch),
+        Command::Save => {
+            bail!("`cfctl save` needs --device (the XDP store is saved on every change)")
+        }
+        _ => {}
+    }
+    let action = match &cli.command {
+        Command::Attach(_) => "attach XDP programs",
+        Command::Detach(_) => "detach XDP programs",
+        Command::Resize(_) => "load a resized XDP program",
+        _ => "use the pinned blocklist and its store",
+    };
+    require_privileges(action)?;
+    let mut control = Control::open(&global.pin_dir, &global.state_dir)?;
+    match &cli.command {
+        Command::Attach(args) => {
+            let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
+                (Some(bits), _) => Some(bits.parse()?),
+                (None, Some(fpr)) => Some(fingerprint_bits_for_fpr(fpr)?),
+                (None, None) => None,
+            };
+            let options = AttachOptions {
+                capacity: args.capacity,
+                fingerprint_bits,
+                match_address: args.match_address.map(|value| match value {
+                    MatchArg::Src => MatchAddress::Source,
+                    MatchArg::Dst => MatchAddress::Destination,
+                }),
+                policy: args.policy.map(|value| match value {
+                    PolicyArg::Deny => Policy::Deny,
+                    PolicyArg::Allow => Policy::Allow,
+                }),
+            };
+            let mode = match args.mode {
+                ModeArg::Native => AttachMode::Native,
+                ModeArg::Skb => AttachMode::Skb,
+            };
+            let report = control.attach(&args.interfaces, mode, options)?;
+            print(global, &report, report::attach)
+        }
+        Command::Detach(args) => {
+            let interfaces = (!args.all).then_some(args.interfaces.as_slice());
+            let report = control.detach(interfaces, args.keep_state)?;
+            print(global, &report, report::detach)
+        }
+        Command::Add(args) => add(global, &mut control, ListKind::Blocklist, args),
+        Command::Del(args) => delete(global, &mut control, ListKind::Blocklist, &args.entries),
+        Command::Allow(AllowCommand::Add(args)) => {
+            add(global, &mut control, ListKind::Allowlist, args)
+        }
+        Command::Allow(AllowCommand::Del(args)) => {
+            delete(global, &mut control, ListKind::Allowlist, &args.entries)
+        }
+        Command::Allow(AllowCommand::List) => list(global, &control, ListKind::Allowlist),
+        Command::Check(args) => {
+            let result = control.check(parse_address(&args.address)?)?;
+            print(global, &result, report::check)
+        }
+        Command::List => list(global, &control, ListKind::Blocklist),
+        Command::Export => {
+            let entries = records(&control, ListKind::Blocklist)?;
+            if global.json {
+                report::json(&entries)
+            } else {
+                report::export(&entries)
+            }
+        }
+        Command::Import(args) => {
+            let list = read_list(args)?;
+            let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list).collect();
+            let change = if args.replace {
+                Change::Replace(&entries)
+            } else {
+                Change::Add(&entries)
+            };
+            let bar = report::Bar::new(entries.len());
+            let report = control.change(ListKind::Blocklist, change, &bar)?;
+            drop(bar);
+            print(global, &report, report::change)
+        }
+        Command::Status => {
+            let status = control.status()?;
+            print(global, &status, report::status)
+        }
+        Command::Mode(args) => {
+            let mode = match args.mode {
+                EnforcementArg::Enforce => Mode::Enforce,
+                EnforcementArg::Monitor => Mode::Monitor,
+            };
+            control.set_mode(mode)?;
+            let name = match mode {
+                Mode::Enforce => "enforce",
+                Mode::Monitor => "monitor",
+            };
+            print(global, &serde_json::json!({ "mode": name }), |_| {
+                println!("mode: {name}")
+            })
+        }
+        Command::Verify => {
+            let report = control.verify()?;
+            print(global, &report, report::verify)?;
+            if let Some(problem) = report.problems.first() {
+                bail!(
+                    "verify failed: {problem}{} (`cfctl attach IFACE` rebuilds the filter from \
+                     the store)",
+                    match report.problems.len() {
+                        1 => String::new(),
+                        more => format!(" (and {} more problems)", more - 1),
+                    }
+                );
+            }
+            Ok(())
+        }
+        Command::Resize(args) => {
+            let summary = control.resize(args.capacity)?;
+            print(global, &summary, |summary| {
+                println!(
+                    "resized: {} buckets, {} keys ({:.1}% of slots); swapped in on every link",
+                    report::thousands(summary.buckets as u64),
+                    report::thousands(summary.fingerprints as u64),
+                    summary.load_factor * 100.0
+                )
+            })
+        }
+        Command::Stats(_) | Command::Save | Command::Man(_) | Command::Completions(_) => {
+            unreachable!("handled before the store is opened")
+        }
+    }
+}
+
+/// Prints `value` as JSON with `--json`, else with `human`.
+fn print<T: serde::Serialize>(
+    global: &GlobalOptions,
+    value: &T,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if global.json {
+        report::json(value)
+    } else {
+        human(value);
+        Ok(())
+    }
+}
+
+/// Parses every `ADDR|CIDR` argument before anything changes.
+fn parse_nets(texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
+    texts
+        .iter()
+        .map(|text| blocklist::parse_net(text).with_context(|| format!("'{text}'")))
+        .collect()
+}
+
+fn parse_address(text: &str) -> anyhow::Result<IpAddr> {
+    text.trim()
+        .parse()
+        .with_context(|| format!("'{text}': not an IP address"))
+}
+
+fn add(
+    global: &GlobalOptions,
+    control: &mut Control,
+    list: ListKind,
+    args: &cli::AddArgs,
+) -> anyhow::Result<()> {
+    let nets = parse_nets(&args.entries)?;
+    let entries: Vec<NewEntry<'_>> = nets
+        .iter()
+        .map(|&net| NewEntry {
+            net,
+            source: "cli",
+            comment: args.comment.as_deref(),
+        })
+        .collect();
+    let report = control.change(list, Change::Add(&entries), &NoProgress)?;
+    print(global, &report, report::change)
+}
+
+fn delete(
+    global: &GlobalOptions,
+    control: &mut Control,
+    list: ListKind,
+    texts: &[String],
+) -> anyhow::Result<()> {
+    let nets = parse_nets(texts)?;
+    let report = control.change(list, Change::Delete(&nets), &NoProgress)?;
+    print(global, &report, report::change)
+}
+
+fn records(control: &Control, list: ListKind) -> anyhow::Result<Vec<EntryRecord>> {
+    Ok(control
+        .store()
+        .entries(list)?
+        .into_iter()
+        .map(EntryRecord::from)
+        .collect())
+}
+
+fn list(global: &GlobalOptions, control: &Control, list: ListKind) -> anyhow::Result<()> {
+    let entries = records(control, list)?;
+    print(global, &entries, |entries| report::entries(entries))
+}
+
+/// Parses the import's list, all or nothing (or skipping bad lines, each
+/// reported).
+fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
+    let options = ParseOptions {
+        format: match args.format {
+            FormatArg::Auto => None,
+            FormatArg::Plain => Some(ListFormat::Plain),
+            FormatArg::Netset => Some(ListFormat::Netset),
+            FormatArg::Spamhaus => Some(ListFormat::Spamhaus),
+        },
+        skip_invalid: args.skip_invalid,
+    };
+    let list = if args.file == Path::new("-") {
+        blocklist::parse_reader(std::io::stdin().lock(), "-", options)?
+    } else {
+        blocklist::parse_file(&args.file, options)?
+    };
+    for skipped in &list.skipped {
+        eprintln!("cfctl: skipped {skipped}");
+    }
+    Ok(list)
+}
+
+/// `cfctl stats`: totals, or rates every interval with `--watch`.
+fn stats(global: &GlobalOptions, watch: Option<f64>) -> anyhow::Result<()> {
+    require_privileges("read the pinned blocklist counters")?;
+    let Some(seconds) = watch else {
+        let counters = control::read_counters(&global.pin_dir)?;
+        return print(global, &counters, |counters| {
+            report::counters(counters, None)
+        });
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        bail!("--watch needs a positive number of seconds, not {seconds}");
+    }
+    let mut before = control::read_counters(&global.pin_dir)?;
+    loop {
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        let now = control::read_counters(&global.pin_dir)?;
+        // Counters that never counted anything stay out of the table.
+        let deltas: Vec<_> = now
+            .iter()
+            .zip(&before)
+            .filter(|(now, _)| now.packets > 0)
+            .map(|(now, before)| control::CounterRecord {
+                packets: now.packets.saturating_sub(before.packets),
+                bytes: now.bytes.saturating_sub(before.bytes),
+                ..*now
+            })
+            .collect();
+        if global.json {
+            report::json(&serde_json::json!({ "seconds": seconds, "counters": deltas }))?;
+        } else {
+            report::counters(&deltas, Some(seconds));
+            println!();
+        }
+        std::io::stdout().flush()?;
+        before = now;
+    }
+}
+
+/// The verbs on a filter device.
+fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow::Result<()> {
+    // Parse before connecting, so that bad input fails fast and changes
+    // nothing.
+    let nets = match command {
+        Command::Add(args) => parse_nets(&args.entries)?,
+        Command::Del(args) => parse_nets(&args.entries)?,
+        Command::Import(args) => read_list(args)?
+            .entries
+            .into_iter()
+            .map(|entry| entry.net)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let address = match command {
+        Command::Check(args) => Some(parse_address(&args.address)?),
+        _ => None,
+    };
+    if !matches!(
+        command,
+        Command::Add(_)
+            | Command::Del(_)
+            | Command::Import(_)
+            | Command::Check(_)
+            | Command::Status
+            | Command::Stats(_)
+            | Command::Save
+    ) {
+        bail!(
+            "`cfctl {}` has no meaning for a device; a device takes add, del, check, import, \
+             status, stats and save",
+            command.name()
+        );
+    }
+    let mut device = DeviceControl::open(target, global.baud)?;
+    match command {
+        Command::Add(_) => {
+            let added = device.add(&nets)?;
+            print(global, &serde_json::json!({ "added": added }), |_| {
+                println!("{added} added")
+            })
+        }
+        Command::Del(_) => {
+            let report = device.delete(&nets)?;
+            print(global, &report, report::device_delete)
+        }
+        Command::Import(_) => {
+            let report = device.import(&nets)?;
+            print(global, &report, report::device_import)
+        }
+        Command::Check(_) => {
+            let address = address.context("an address to check")?;
+            let listed = device.check(address)?;
+            let value = serde_json::json!({ "address": address, "listed": listed });
+            print(global, &value, |_| {
+                if listed {
+                    println!("{address} is listed on the device")
+                } else {
+                    println!("{address}: not listed")
+                }
+            })
+        }
+        Command::Status => {
+            let info = device.info()?;
+            let status = report::DeviceStatus::new(target, &info);
+            print(global, &status, report::device_status)
+        }
+        Command::Stats(_) => {
+            let stats = device.stats()?;
+            print(global, &stats, report::device_stats)
+        }
+        Command::Save => {
+            let sequence = device.save()?;
+            print(
+                global,
+                &serde_json::json!({ "saved_sequence": sequence }),
+                |_| println!("saved image {sequence}"),
+            )
+        }
+        _ => unreachable!("checked above"),
+    }
+}
+
+/// Writes the man page to standard output, or every page into `out`.
+fn man(out: Option<&Path>) -> anyhow::Result<()> {
+    let command = Cli::command();
+    let Some(dir) = out else {
+        let mut stdout = std::io::stdout().lock();
+        clap_mangen::Man::new(command).render(&mut stdout)?;
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(command, dir)
+        .with_context(|| format!("writing man pages to {}", dir.display()))?;
+    Ok(())
+}

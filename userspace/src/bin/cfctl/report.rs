@@ -1,0 +1,479 @@
+//! How cfctl prints its reports: as text for people, or as JSON with
+//! `--json`; and the progress bar of long imports.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use filter_core::protocol::{Info, Stats};
+use filter_core::AddressFamily;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use userspace::control::device::{DeviceDelete, DeviceImport};
+use userspace::control::{
+    AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
+    FilterUpdate, Progress, Status, VerifyReport,
+};
+
+/// Prints `value` as one line of JSON.
+pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn bytes(value: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut size = value as f64;
+    let mut unit = 0;
+    while size >= 1024.0 && unit + 1 < UNITS.len() {
+        size /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value} B")
+    } else {
+        format!("{size:.1} {}", UNITS[unit])
+    }
+}
+
+fn lengths(lengths: &[u8]) -> String {
+    if lengths.is_empty() {
+        return "none".to_owned();
+    }
+    lengths
+        .iter()
+        .map(|len| format!("/{len}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn attach(report: &AttachReport) {
+    let how = if report.loaded {
+        "loaded the program"
+    } else {
+        "reused the pinned program"
+    };
+    if !report.attached.is_empty() {
+        println!("attached to {} ({how})", report.attached.join(", "));
+    }
+    if !report.already_attached.is_empty() {
+        println!("already attached to {}", report.already_attached.join(", "));
+    }
+    println!(
+        "filter: {} entries, {} filter keys",
+        thousands(report.entries as u64),
+        thousands(report.keys as u64)
+    );
+}
+
+pub fn detach(report: &DetachReport) {
+    if !report.detached.is_empty() {
+        println!("detached from {}", report.detached.join(", "));
+    }
+    if report.unloaded {
+        println!("unpinned the program and its maps (the entry store is kept)");
+    }
+}
+
+pub fn change(report: &ChangeReport) {
+    let mut parts = Vec::new();
+    if report.added > 0 || report.deleted == 0 {
+        parts.push(format!("{} added", thousands(report.added as u64)));
+    }
+    if report.deleted > 0 {
+        parts.push(format!("{} deleted", thousands(report.deleted as u64)));
+    }
+    if report.kept > 0 {
+        parts.push(format!("{} kept", thousands(report.kept as u64)));
+    }
+    if !report.already_listed.is_empty() {
+        parts.push(format!(
+            "{} listed already",
+            thousands(report.already_listed.len() as u64)
+        ));
+    }
+    let filter = match report.filter {
+        FilterUpdate::NotAttached => "store only: not attached".to_owned(),
+        FilterUpdate::Unchanged => "filter unchanged".to_owned(),
+        FilterUpdate::Incremental { inserted, removed } => {
+            format!("live filter: +{inserted} -{removed} keys")
+        }
+        FilterUpdate::Rebuilt { keys } => format!(
+            "live filter rebuilt with {} keys and swapped in",
+            thousands(keys as u64)
+        ),
+        FilterUpdate::Allowlist => "allowlist map updated".to_owned(),
+    };
+    println!("{} ({filter})", parts.join(", "));
+    for net in &report.not_listed {
+        eprintln!("cfctl: warning: {net} was not listed");
+    }
+}
+
+fn time(seconds: u64) -> String {
+    // UTC, without a date crate: days since the epoch to a civil date.
+    let days = (seconds / 86_400) as i64;
+    let (hour, minute, second) = (seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}Z")
+}
+
+fn entry_line(entry: &EntryRecord) -> String {
+    let comment = entry
+        .comment
+        .as_deref()
+        .map(|comment| format!(" ({comment})"))
+        .unwrap_or_default();
+    format!(
+        "{} from {}{comment}, added {}",
+        entry.net,
+        entry.source,
+        time(entry.added)
+    )
+}
+
+pub fn check(result: &CheckResult) {
+    let address = result.address;
+    match result.verdict {
+        "listed" | "missing_from_filter" | "not_attached" if !result.covering.is_empty() => {
+            println!("{address} is listed:");
+            for entry in &result.covering {
+                println!("  {}", entry_line(entry));
+            }
+        }
+        _ => println!("{address}: not listed"),
+    }
+    for entry in &result.allowlisted {
+        println!("  allowlisted by {}", entry_line(entry));
+    }
+    match result.verdict {
+        "false_positive" => eprintln!(
+            "cfctl: warning: the filter matches {address} at {} but no entry covers it: a false \
+             positive (its packets are dropped too)",
+            result.filter_hit.as_deref().unwrap_or("?")
+        ),
+        "missing_from_filter" => eprintln!(
+            "cfctl: warning: the live filter does not match {address}; run `cfctl verify`"
+        ),
+        "not_attached" => eprintln!("cfctl: note: not attached; only the store was checked"),
+        _ => {}
+    }
+}
+
+pub fn entries(entries: &[EntryRecord]) {
+    for entry in entries {
+        println!("{}", entry_line(entry));
+    }
+}
+
+/// The list in the plain format, comments after `#`.
+pub fn export(entries: &[EntryRecord]) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    writeln!(out, "# cfctl export: {} entries", entries.len())?;
+    for entry in entries {
+        match &entry.comment {
+            Some(comment) => writeln!(out, "{} # {comment}", entry.net)?,
+            None => writeln!(out, "{}", entry.net)?,
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+pub fn status(status: &Status) {
+    if status.interfaces.is_empty() {
+        println!("not attached to any interface");
+    } else {
+        let interfaces: Vec<String> = status
+            .interfaces
+            .iter()
+            .map(|link| {
+                let gone = if link.present { "" } else { ", interface gone" };
+                format!("{} ({}{gone})", link.interface, link.mode)
+            })
+            .collect();
+        println!("attached to  {}", interfaces.join(", "));
+    }
+    let pinned = if status.loaded {
+        "program and maps pinned in"
+    } else {
+        "nothing pinned in"
+    };
+    println!("pins         {pinned} {}", status.pin_dir.display());
+    println!("store        {}", status.store.display());
+    let matched = if status.match_address == "dst" {
+        "destination"
+    } else {
+        "source"
+    };
+    println!(
+        "mode         {}, policy {}, matching {matched} addresses",
+        status.mode, status.policy
+    );
+    println!(
+        "entries      {} blocklist, {} allowlist",
+        thousands(status.entries),
+        thousands(status.allowlist_entries)
+    );
+    match &status.filter {
+        None => println!(
+            "filter       {}-bit fingerprints, sized for {} keys (built at attach)",
+            status.fingerprint_bits,
+            thousands(status.capacity)
+        ),
+        Some(filter) => {
+            println!(
+                "filter       {}-bit fingerprints, {} buckets x {} slots, {}",
+                status.fingerprint_bits,
+                thousands(filter.buckets as u64),
+                filter.slots / filter.buckets.max(1),
+                bytes(filter.bytes)
+            );
+            println!(
+                "keys         {} ({:.2}% of slots)",
+                thousands(filter.fingerprints as u64),
+                filter.load_factor * 100.0
+            );
+            println!(
+                "lengths      IPv4 {}; IPv6 {}",
+                lengths(&status.ipv4_lengths),
+                lengths(&status.ipv6_lengths)
+            );
+            println!(
+                "false pos.   {:.2e} per IPv4 packet, {:.2e} per IPv6 packet",
+                status.ipv4_packet_fpr.unwrap_or(0.0),
+                status.ipv6_packet_fpr.unwrap_or(0.0)
+            );
+        }
+    }
+}
+
+/// The counters as a table: totals, or per-second rates over `seconds`.
+pub fn counters(counters: &[CounterRecord], seconds: Option<f64>) {
+    let unit = if seconds.is_some() { "/s" } else { "" };
+    println!(
+        "{:<12} {:<6} {:>14} {:>16}",
+        "outcome",
+        "family",
+        format!("packets{unit}"),
+        format!("bytes{unit}")
+    );
+    for counter in counters {
+        if counter.packets == 0 && counter.bytes == 0 && seconds.is_none() {
+            continue;
+        }
+        let (packets, bytes) = match seconds {
+            Some(seconds) => (
+                format!("{:.1}", counter.packets as f64 / seconds),
+                format!("{:.1}", counter.bytes as f64 / seconds),
+            ),
+            None => (thousands(counter.packets), thousands(counter.bytes)),
+        };
+        println!(
+            "{:<12} {:<6} {packets:>14} {bytes:>16}",
+            counter.outcome, counter.family
+        );
+    }
+}
+
+pub fn verify(report: &VerifyReport) {
+    if report.problems.is_empty() {
+        println!(
+            "ok: the live filter holds exactly the {} keys of {} stored entries",
+            thousands(report.keys as u64),
+            thousands(report.entries as u64)
+        );
+    }
+}
+
+pub fn device_import(report: &DeviceImport) {
+    println!(
+        "pushed {} entries; the device holds {} and saved image {}",
+        thousands(report.entries as u64),
+        thousands(u64::from(report.device_entries)),
+        report.sequence
+    );
+}
+
+pub fn device_delete(report: &DeviceDelete) {
+    println!("{} deleted", report.deleted.len());
+    for net in &report.not_listed {
+        eprintln!("cfctl: warning: the device did not hold {net}");
+    }
+}
+
+/// A device's parameters and state, for reports.
+#[derive(Serialize)]
+pub struct DeviceStatus {
+    device: String,
+    protocol_version: u16,
+    fingerprint_bits: u8,
+    slots_per_bucket: u8,
+    bucket_count: u32,
+    capacity: u32,
+    seed: u64,
+    entries: u32,
+    ipv4_lengths: Vec<u8>,
+    ipv6_lengths: Vec<u8>,
+    saved_sequence: Option<u32>,
+}
+
+impl DeviceStatus {
+    pub fn new(target: &str, info: &Info) -> Self {
+        let active = |family, max| {
+            let mut lengths: Vec<u8> = info.prefix_lengths.up_to(family, max).collect();
+            lengths.reverse();
+            lengths
+        };
+        Self {
+            device: target.to_owned(),
+            protocol_version: info.protocol_version,
+            fingerprint_bits: info.fingerprint_bits,
+            slots_per_bucket: info.slots_per_bucket,
+            bucket_count: info.bucket_count,
+            capacity: info.capacity,
+            seed: info.seed,
+            entries: info.entries,
+            ipv4_lengths: active(AddressFamily::Ipv4, 32),
+            ipv6_lengths: active(AddressFamily::Ipv6, 128),
+            saved_sequence: info.saved_sequence,
+        }
+    }
+}
+
+pub fn device_status(status: &DeviceStatus) {
+    println!(
+        "device       {} (protocol {})",
+        status.device, status.protocol_version
+    );
+    println!(
+        "filter       {}-bit fingerprints, {} buckets x {} slots",
+        status.fingerprint_bits,
+        thousands(u64::from(status.bucket_count)),
+        status.slots_per_bucket
+    );
+    println!(
+        "entries      {} of {} slots ({:.1}%)",
+        thousands(u64::from(status.entries)),
+        thousands(u64::from(status.capacity)),
+        f64::from(status.entries) * 100.0 / f64::from(status.capacity.max(1))
+    );
+    println!(
+        "lengths      IPv4 {}; IPv6 {}",
+        lengths(&status.ipv4_lengths),
+        lengths(&status.ipv6_lengths)
+    );
+    match status.saved_sequence {
+        Some(sequence) => println!("saved        image {sequence}"),
+        None => println!("saved        nothing saved yet"),
+    }
+}
+
+pub fn device_stats(stats: &Stats) {
+    for (name, value) in [
+        ("requests", stats.requests),
+        ("frame errors", stats.frame_errors),
+        ("request errors", stats.request_errors),
+        ("added", stats.added),
+        ("deleted", stats.deleted),
+        ("checked", stats.checked),
+        ("hits", stats.hits),
+        ("saves", stats.saves),
+    ] {
+        println!("{name:<15} {}", thousands(u64::from(value)));
+    }
+}
+
+/// A progress bar on standard error, shown only on a terminal.
+pub struct Bar(Option<ProgressBar>);
+
+impl Bar {
+    /// A bar for a job of `entries` entries: drawn if standard error is a
+    /// terminal and the job is long.
+    pub fn new(entries: usize) -> Self {
+        const LONG_JOB: usize = 20_000;
+        Self((std::io::stderr().is_terminal() && entries >= LONG_JOB).then(ProgressBar::no_length))
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, stage: &str, total: u64) {
+        let Some(bar) = &self.0 else { return };
+        bar.reset();
+        if total > 0 {
+            bar.set_length(total);
+            bar.set_style(
+                ProgressStyle::with_template("{msg:32} [{bar:30}] {pos}/{len} ({eta})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+        } else {
+            bar.set_style(ProgressStyle::default_spinner());
+            bar.enable_steady_tick(Duration::from_millis(100));
+        }
+        bar.set_message(stage.to_owned());
+    }
+
+    fn advance(&self, steps: u64) {
+        if let Some(bar) = &self.0 {
+            bar.inc(steps);
+        }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_civil_dates() {
+        assert_eq!(time(0), "1970-01-01 00:00:00Z");
+        assert_eq!(time(951_782_400), "2000-02-29 00:00:00Z");
+        assert_eq!(time(1_764_460_800), "2025-11-30 00:00:00Z");
+        assert_eq!(time(4_107_542_399), "2100-02-28 23:59:59Z");
+    }
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_000_025), "1,000,025");
+    }
+}

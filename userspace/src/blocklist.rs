@@ -1,0 +1,537 @@
+//! Parsing blocklist files into CIDR entries.
+//!
+//! Three formats, IPv4 and IPv6 alike, one address or CIDR per line:
+//!
+//! * [`ListFormat::Plain`]: `#` starts a comment anywhere on a line; the text
+//!   of a comment that follows an address becomes that entry's comment.
+//! * [`ListFormat::Netset`]: FireHOL `.netset` / `.ipset` files: whole-line
+//!   `#` comments (the header), and nothing but the address on entry lines.
+//! * [`ListFormat::Spamhaus`]: Spamhaus DROP / DROPv6: `;` comments, entry
+//!   lines `CIDR ; SBLnnn` whose comment (the SBL id) is kept.
+//!
+//! [`ListFormat::detect`] chooses one from the file name and contents.
+//! Addresses and CIDRs are read by the `ipnet` crate; a bare address is a
+//! host prefix (`/32` or `/128`).
+//!
+//! # Host bits
+//!
+//! A CIDR with bits set beyond its prefix (`10.1.2.3/8`) is rejected, with
+//! the network it would have meant in the message. `ipset` silently
+//! normalises such a line to `10.0.0.0/8`, but in a blocklist a stray prefix
+//! length more often means a typo that would block 16 million addresses
+//! than a network written loosely, so cfctl asks instead of guessing.
+//!
+//! # Errors
+//!
+//! Parsing a file is all or nothing: any invalid line makes the whole parse
+//! fail with `file:line: reason: 'text'` (and how many more lines are bad),
+//! unless [`ParseOptions::skip_invalid`] is set, in which case bad lines are
+//! returned as warnings next to the good entries.
+//!
+//! This module does not deduplicate or merge entries (the store keeps the
+//! set), does not resolve host names and does not read IP ranges
+//! (`a.b.c.d-e.f.g.h`).
+
+use std::fmt;
+use std::io::{self, Read};
+use std::path::Path;
+
+use ipnet::IpNet;
+
+/// Lines [`ListFormat::detect`] looks at.
+pub const DETECTION_LINES: usize = 64;
+
+/// The format of a blocklist file; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFormat {
+    /// One address or CIDR per line, `#` comments anywhere.
+    Plain,
+    /// FireHOL `.netset` / `.ipset`: `#` header lines, bare entries.
+    Netset,
+    /// Spamhaus DROP / DROPv6: `CIDR ; SBLnnn`, `;` comments.
+    Spamhaus,
+}
+
+impl ListFormat {
+    /// Every format, for help texts and errors.
+    pub const ALL: [ListFormat; 3] = [ListFormat::Plain, ListFormat::Netset, ListFormat::Spamhaus];
+
+    /// The format's name as given on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ListFormat::Plain => "plain",
+            ListFormat::Netset => "netset",
+            ListFormat::Spamhaus => "spamhaus",
+        }
+    }
+
+    /// The format of a file named `source_name` from its first
+    /// [`DETECTION_LINES`] non-blank lines: Spamhaus if one starts with `;`
+    /// or is an entry with a `;` comment; FireHOL's netset if the name ends
+    /// in `.netset` or `.ipset` or a `#` comment mentions FireHOL; plain
+    /// otherwise.
+    pub fn detect(source_name: &str, first_lines: &str) -> ListFormat {
+        let lines = first_lines
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .take(DETECTION_LINES);
+        let mut firehol_header = false;
+        for line in lines {
+            if line.starts_with(';') || (!line.starts_with('#') && line.contains(';')) {
+                return ListFormat::Spamhaus;
+            }
+            firehol_header |= line.starts_with('#') && line.contains("FireHOL");
+        }
+        let netset_name = [".netset", ".ipset"]
+            .iter()
+            .any(|extension| source_name.ends_with(extension));
+        if netset_name || firehol_header {
+            ListFormat::Netset
+        } else {
+            ListFormat::Plain
+        }
+    }
+
+    const fn comment_marker(self) -> char {
+        match self {
+            ListFormat::Plain | ListFormat::Netset => '#',
+            ListFormat::Spamhaus => ';',
+        }
+    }
+}
+
+impl fmt::Display for ListFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ListFormat {
+    type Err = UnknownFormat;
+
+    /// Accepts the names of [`ListFormat::ALL`], and `ipset` for netset.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "ipset" => Ok(ListFormat::Netset),
+            _ => ListFormat::ALL
+                .into_iter()
+                .find(|format| format.name() == name)
+                .ok_or_else(|| UnknownFormat(name.to_owned())),
+        }
+    }
+}
+
+/// A format name that [`ListFormat::from_str`](std::str::FromStr) does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown list format '{0}' (expected plain, netset or spamhaus)")]
+pub struct UnknownFormat(pub String);
+
+/// How to parse a list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParseOptions {
+    /// The format, or `None` to [detect](ListFormat::detect) it.
+    pub format: Option<ListFormat>,
+    /// Return invalid lines as warnings instead of failing.
+    pub skip_invalid: bool,
+}
+
+/// One entry of a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedNet {
+    /// The network (host bits are zero).
+    pub net: IpNet,
+    /// The comment on the entry's line (a Spamhaus SBL id), if any.
+    pub comment: Option<String>,
+    /// The 1-based line number.
+    pub line: usize,
+}
+
+/// A parsed list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedList {
+    /// The file name (or `-` for standard input) as given.
+    pub source: String,
+    /// The format it was parsed as.
+    pub format: ListFormat,
+    /// Its entries, in file order (duplicates kept).
+    pub entries: Vec<ListedNet>,
+    /// Lines skipped because [`ParseOptions::skip_invalid`] was set.
+    pub skipped: Vec<LineError>,
+}
+
+/// Why a line is not an entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    /// Neither an address nor a CIDR.
+    #[error("not an IP address or CIDR")]
+    NotANetwork,
+    /// A CIDR whose prefix length is too long for its family.
+    #[error("prefix length out of range (at most /32 for IPv4, /128 for IPv6)")]
+    PrefixTooLong,
+    /// A CIDR with bits set beyond its prefix.
+    #[error("host bits are set beyond the prefix length (the network is {network})")]
+    HostBitsSet {
+        /// The network the CIDR lies in.
+        network: IpNet,
+    },
+    /// Text after the address where the format allows none.
+    #[error("unexpected text after the address (a {format} list has one address per line)")]
+    TrailingText {
+        /// The format being parsed.
+        format: ListFormat,
+    },
+    /// Bytes that are not UTF-8.
+    #[error("the line is not valid UTF-8")]
+    NotUtf8,
+}
+
+/// An invalid line: `file:line: reason: 'text'`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}:{line}: {problem}: '{text}'")]
+pub struct LineError {
+    /// The file name as given.
+    pub source_name: String,
+    /// The 1-based line number.
+    pub line: usize,
+    /// The offending text (the line, trimmed; lossily decoded if not UTF-8).
+    pub text: String,
+    /// What is wrong with it.
+    pub problem: LineProblem,
+}
+
+/// A list that could not be parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The file could not be read.
+    #[error("{source_name}: cannot read the list: {error}")]
+    Read {
+        /// The file name as given.
+        source_name: String,
+        /// The I/O error.
+        #[source]
+        error: io::Error,
+    },
+    /// At least one line is invalid (and `skip_invalid` was not set).
+    #[error("{}{}", first_invalid(.0), more_invalid(.0))]
+    InvalidLines(Vec<LineError>),
+}
+
+fn first_invalid(errors: &[LineError]) -> String {
+    errors.first().map(ToString::to_string).unwrap_or_default()
+}
+
+fn more_invalid(errors: &[LineError]) -> String {
+    match errors.len() {
+        0 | 1 => String::new(),
+        2 => " (and 1 more invalid line)".to_owned(),
+        count => format!(" (and {} more invalid lines)", count - 1),
+    }
+}
+
+/// Parses one address or CIDR, as given on a command line: a bare address
+/// is a host prefix; host bits must be zero.
+pub fn parse_net(text: &str) -> Result<IpNet, LineProblem> {
+    let text = text.trim();
+    let net = match text.parse::<IpNet>() {
+        Ok(net) => net,
+        Err(_) => match text.parse::<std::net::IpAddr>() {
+            Ok(address) => return Ok(IpNet::from(address)),
+            Err(_) => return Err(cidr_problem(text)),
+        },
+    };
+    if net.addr() != net.network() {
+        return Err(LineProblem::HostBitsSet {
+            network: net.trunc(),
+        });
+    }
+    Ok(net)
+}
+
+/// Distinguishes a bad prefix length from text that is no network at all.
+fn cidr_problem(text: &str) -> LineProblem {
+    let prefix_too_long = text.split_once('/').is_some_and(|(address, len)| {
+        let max = match address.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return false,
+        };
+        len.parse::<u32>().is_ok_and(|len| len > max)
+    });
+    if prefix_too_long {
+        LineProblem::PrefixTooLong
+    } else {
+        LineProblem::NotANetwork
+    }
+}
+
+/// Parses the list in the file at `path`, named by its path as given.
+pub fn parse_file(path: &Path, options: ParseOptions) -> Result<ParsedList, ListError> {
+    let source_name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|error| ListError::Read {
+        source_name: source_name.clone(),
+        error,
+    })?;
+    parse_bytes(&bytes, &source_name, options)
+}
+
+/// Parses a list read from `reader`; `source_name` names it in errors and
+/// entries (`-` for standard input).
+pub fn parse_reader(
+    mut reader: impl Read,
+    source_name: &str,
+    options: ParseOptions,
+) -> Result<ParsedList, ListError> {
+    let mut bytes = Vec::new();
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|error| ListError::Read {
+            source_name: source_name.to_owned(),
+            error,
+        })?;
+    parse_bytes(&bytes, source_name, options)
+}
+
+/// Parses a list held in memory.
+pub fn parse_bytes(
+    bytes: &[u8],
+    source_name: &str,
+    options: ParseOptions,
+) -> Result<ParsedList, ListError> {
+    let format = options
+        .format
+        .unwrap_or_else(|| ListFormat::detect(source_name, &String::from_utf8_lossy(head(bytes))));
+    let mut entries = Vec::new();
+    let mut invalid = Vec::new();
+    for (index, raw) in bytes.split(|&byte| byte == b'\n').enumerate() {
+        let line = index + 1;
+        let parsed = match std::str::from_utf8(raw) {
+            Ok(text) => parse_line(text.trim_start_matches('\u{feff}'), format)
+                .map_err(|problem| (text.trim().to_owned(), problem)),
+            Err(_) => Err((
+                String::from_utf8_lossy(raw).trim().to_owned(),
+                LineProblem::NotUtf8,
+            )),
+        };
+        match parsed {
+            Ok(Some((net, comment))) => entries.push(ListedNet { net, comment, line }),
+            Ok(None) => {}
+            Err((text, problem)) => invalid.push(LineError {
+                source_name: source_name.to_owned(),
+                line,
+                text,
+                problem,
+            }),
+        }
+    }
+    if !invalid.is_empty() && !options.skip_invalid {
+        return Err(ListError::InvalidLines(invalid));
+    }
+    Ok(ParsedList {
+        source: source_name.to_owned(),
+        format,
+        entries,
+        skipped: invalid,
+    })
+}
+
+/// The first [`DETECTION_LINES`] lines of a list (at most).
+fn head(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &byte)| byte == b'\n')
+        .nth(DETECTION_LINES - 1)
+        .map_or(bytes.len(), |(index, _)| index);
+    &bytes[..end]
+}
+
+/// One line: `None` for a blank or comment line, else the entry and its
+/// comment.
+fn parse_line(
+    line: &str,
+    format: ListFormat,
+) -> Result<Option<(IpNet, Option<String>)>, LineProblem> {
+    let (body, comment) = match line.split_once(format.comment_marker()) {
+        Some((body, comment)) => (body.trim(), Some(comment.trim())),
+        None => (line.trim(), None),
+    };
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let comment = match (format, comment) {
+        (ListFormat::Netset, Some(_)) => return Err(LineProblem::TrailingText { format }),
+        (_, comment) => comment.filter(|text| !text.is_empty()).map(str::to_owned),
+    };
+    if body.split_whitespace().nth(1).is_some() {
+        return Err(LineProblem::TrailingText { format });
+    }
+    Ok(Some((parse_net(body)?, comment)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, format: Option<ListFormat>) -> Result<ParsedList, ListError> {
+        parse_bytes(
+            text.as_bytes(),
+            "test.list",
+            ParseOptions {
+                format,
+                skip_invalid: false,
+            },
+        )
+    }
+
+    fn invalid_lines(result: Result<ParsedList, ListError>) -> Vec<LineError> {
+        match result {
+            Err(ListError::InvalidLines(errors)) => errors,
+            other => panic!("expected invalid lines, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bare_addresses_are_host_prefixes() {
+        assert_eq!(
+            parse_net("198.18.0.1").unwrap().to_string(),
+            "198.18.0.1/32"
+        );
+        assert_eq!(
+            parse_net(" 2001:db8::1 ").unwrap().to_string(),
+            "2001:db8::1/128"
+        );
+        assert_eq!(parse_net("198.18.0.0/15").unwrap().prefix_len(), 15);
+    }
+
+    #[test]
+    fn detects_formats() {
+        assert_eq!(
+            ListFormat::detect("x.txt", "; c\n2001:db8::/32 ; SBL1\n"),
+            ListFormat::Spamhaus
+        );
+        assert_eq!(
+            ListFormat::detect("x.netset", "1.2.3.0/24\n"),
+            ListFormat::Netset
+        );
+        assert_eq!(
+            ListFormat::detect("-", "# Generated by FireHOL's\n1.2.3.4\n"),
+            ListFormat::Netset
+        );
+        assert_eq!(
+            ListFormat::detect("-", "# mine\n1.2.3.4\n"),
+            ListFormat::Plain
+        );
+    }
+
+    #[test]
+    fn detection_ignores_semicolons_in_hash_comments() {
+        assert_eq!(
+            ListFormat::detect("-", "# a; b\n198.18.0.1\n"),
+            ListFormat::Plain
+        );
+    }
+
+    #[test]
+    fn format_names_round_trip() {
+        for format in ListFormat::ALL {
+            assert_eq!(format.name().parse::<ListFormat>(), Ok(format));
+        }
+        assert_eq!("ipset".parse::<ListFormat>(), Ok(ListFormat::Netset));
+        let unknown = "csv".parse::<ListFormat>().unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "unknown list format 'csv' (expected plain, netset or spamhaus)"
+        );
+    }
+
+    #[test]
+    fn comments_become_entry_comments_where_the_format_has_them() {
+        let plain = parse("198.18.0.1 # scanner\n\n# header\n2001:db8::/48\n", None).unwrap();
+        assert_eq!(plain.format, ListFormat::Plain);
+        let comments: Vec<_> = plain
+            .entries
+            .iter()
+            .map(|e| (e.line, e.comment.as_deref()))
+            .collect();
+        assert_eq!(comments, [(1, Some("scanner")), (4, None)]);
+
+        let spamhaus = parse("; header\r\n198.18.0.0/15 ; SBL123\r\n", None).unwrap();
+        assert_eq!(spamhaus.format, ListFormat::Spamhaus);
+        assert_eq!(spamhaus.entries[0].comment.as_deref(), Some("SBL123"));
+        assert_eq!(spamhaus.entries[0].net.to_string(), "198.18.0.0/15");
+    }
+
+    #[test]
+    fn every_bad_line_is_named_by_file_line_reason_and_text() {
+        let text = "\u{feff}198.18.0.1\n198.18.0.300\n198.18.1.0/33\n10.1.2.3/8\n\
+                    2001:db8::1/129\n198.18.0.2 extra\n2001:db8::/32 # note\n";
+        let errors = invalid_lines(parse(text, Some(ListFormat::Netset)));
+        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            messages,
+            [
+                "test.list:2: not an IP address or CIDR: '198.18.0.300'",
+                "test.list:3: prefix length out of range (at most /32 for IPv4, /128 for IPv6): \
+                 '198.18.1.0/33'",
+                "test.list:4: host bits are set beyond the prefix length (the network is \
+                 10.0.0.0/8): '10.1.2.3/8'",
+                "test.list:5: prefix length out of range (at most /32 for IPv4, /128 for IPv6): \
+                 '2001:db8::1/129'",
+                "test.list:6: unexpected text after the address (a netset list has one address \
+                 per line): '198.18.0.2 extra'",
+                "test.list:7: unexpected text after the address (a netset list has one address \
+                 per line): '2001:db8::/32 # note'",
+            ]
+        );
+    }
+
+    #[test]
+    fn one_bad_line_fails_the_whole_list_unless_skipped() {
+        let text = b"198.18.0.1\n198.18.0.0/15 oops\n\xff\xfe\n198.18.0.2\n";
+        let error = parse_bytes(text, "feed.txt", ParseOptions::default()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "feed.txt:2: unexpected text after the address (a plain list has one address per \
+             line): '198.18.0.0/15 oops' (and 1 more invalid line)"
+        );
+        let skipping = ParseOptions {
+            format: None,
+            skip_invalid: true,
+        };
+        let list = parse_bytes(text, "feed.txt", skipping).unwrap();
+        assert_eq!(list.entries.len(), 2);
+        let skipped: Vec<_> = list
+            .skipped
+            .iter()
+            .map(|e| (e.line, e.problem.clone()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                (
+                    2,
+                    LineProblem::TrailingText {
+                        format: ListFormat::Plain
+                    }
+                ),
+                (3, LineProblem::NotUtf8)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let error = parse_file(
+            Path::new("no-such-dir/list.netset"),
+            ParseOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("no-such-dir/list.netset: cannot read the list: "),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,916 @@
+//! The prefix plan: which filter keys represent a set of CIDR entries.
+//!
+//! The XDP program probes the filter once per *active prefix length* of the
+//! packet's family, longest first, and stops at the first hit; the number of
+//! active lengths per family is bounded by a probe budget. A [`KeyPlan`]
+//! turns the exact entry set into filter keys for such a program by
+//! *controlled prefix expansion*: an entry of length `L` becomes every
+//! prefix of length `A` inside it, where `A` is the shortest active length
+//! `>= L`. The addresses the keys cover are then exactly the addresses the
+//! entries cover.
+//!
+//! # Choosing the active lengths
+//!
+//! [`choose_lengths`] picks at most `budget` lengths per family by dynamic
+//! programming over the histogram of entry lengths: an entry of length `L`
+//! expanded to `A` costs `2^(A-L)` keys, only lengths that entries have are
+//! worth activating (moving an active length down to the longest entry
+//! length it serves only shrinks the expansion), and the longest entry
+//! length must be active. `best[j][i]`, the fewest keys for the entries up to
+//! the `i`-th present length with `j` active lengths the longest of which is
+//! that length, is `min over p < i of best[j-1][p] + cost(p+1..=i)`. The cost
+//! counts keys per entry, so it is an upper bound on the distinct keys when
+//! entries overlap. A plan whose expansion exceeds [`PlanLimits::max_keys`]
+//! is refused.
+//!
+//! # Exact updates
+//!
+//! Entries overlap (a `/16` and a `/24` inside it share keys once expanded to
+//! the same length), so every key carries a reference count: the number of
+//! entries whose expansion contains it. [`KeyPlan::update`] adds and removes
+//! entries and returns the exact [`KeyDiff`]: the keys whose count went from
+//! zero to positive (insert them into the filter) and from positive to zero
+//! (remove them). A key leaves the filter only when no remaining entry covers
+//! it. An update never changes the active lengths: if an added entry is
+//! longer than every active length of its family, or would take the plan
+//! past its key limit, the update fails with [`PlanError::RebuildNeeded`],
+//! changes nothing, and the caller builds a new plan with
+//! [`KeyPlan::build`] and swaps the whole filter.
+//!
+//! # The block prefilter
+//!
+//! The XDP program first asks a per-profile bitmap of coarse address blocks
+//! (see `blocklist_ebpf::prefilter`) whether the packet's block holds any
+//! key. The plan counts, for every bit of those bitmaps, the keys that
+//! mark it; [`KeyPlan::prefilter`] gives the full bitmaps for a new filter,
+//! and each [`KeyDiff`] also lists the bits whose count left zero (set them
+//! before inserting the keys) and reached zero (clear them after removing
+//! the keys; only safe when the plan holds every entry, see [`KeyDiff`]).
+//!
+//! [`KeyPlan::check`] answers which entries cover an address and compares
+//! that with what the filter says, to tell a listed address from a false
+//! positive.
+//!
+//! This module holds no filter, does no I/O and knows nothing of the store
+//! or the loader: it maps entries to keys.
+
+use std::net::IpAddr;
+
+use blocklist_ebpf::prefilter::{
+    ipv4_bit, ipv6_bit, key_bits, Prefilter, PrefilterBit, PREFILTER_BITS,
+};
+use filter_core::{AddressFamily, NetKey};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Default bound on expanded keys: 16 Mi keys, as many as the largest filter
+/// the data plane is sized for.
+pub const DEFAULT_MAX_KEYS: u64 = 1 << 24;
+
+/// Bounds on a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlanLimits {
+    /// Most active IPv4 prefix lengths (probes per IPv4 packet).
+    pub ipv4_lengths: usize,
+    /// Most active IPv6 prefix lengths (probes per IPv6 packet).
+    pub ipv6_lengths: usize,
+    /// Most expanded keys, both families together.
+    pub max_keys: u64,
+}
+
+impl Default for PlanLimits {
+    /// The data plane's probe budget for both families, [`DEFAULT_MAX_KEYS`].
+    fn default() -> Self {
+        Self {
+            ipv4_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
+            ipv6_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
+            max_keys: DEFAULT_MAX_KEYS,
+        }
+    }
+}
+
+impl PlanLimits {
+    /// The probe budget of `family`.
+    pub const fn budget(&self, family: AddressFamily) -> usize {
+        match family {
+            AddressFamily::Ipv4 => self.ipv4_lengths,
+            AddressFamily::Ipv6 => self.ipv6_lengths,
+        }
+    }
+}
+
+/// The family of a network.
+pub fn family_of(net: &IpNet) -> AddressFamily {
+    match net {
+        IpNet::V4(_) => AddressFamily::Ipv4,
+        IpNet::V6(_) => AddressFamily::Ipv6,
+    }
+}
+
+fn family_of_address(address: &IpAddr) -> AddressFamily {
+    match address {
+        IpAddr::V4(_) => AddressFamily::Ipv4,
+        IpAddr::V6(_) => AddressFamily::Ipv6,
+    }
+}
+
+/// "IPv4" or "IPv6".
+pub const fn family_name(family: AddressFamily) -> &'static str {
+    match family {
+        AddressFamily::Ipv4 => "IPv4",
+        AddressFamily::Ipv6 => "IPv6",
+    }
+}
+
+/// Why a plan cannot be made or changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The entries expand to more keys than the limit allows.
+    #[error(
+        "the {} entries expand to {planned} filter keys with at most {budget} probe lengths, \
+         over the limit of {limit} keys (raise the key limit or the probe budget, or list \
+         fewer or shorter prefixes)",
+        family_name(*.family)
+    )]
+    TooManyKeys {
+        /// The family whose expansion is too large (the IPv6 one if both are).
+        family: AddressFamily,
+        /// Keys the best plan needs (both families up to this one).
+        planned: u128,
+        /// The family's probe budget.
+        budget: usize,
+        /// [`PlanLimits::max_keys`].
+        limit: u64,
+    },
+    /// More active lengths than the probe budget.
+    #[error(
+        "{count} active {} prefix lengths are more than the probe budget of {budget}",
+        family_name(*.family)
+    )]
+    OverBudget {
+        /// The family.
+        family: AddressFamily,
+        /// Its active lengths.
+        count: usize,
+        /// Its probe budget.
+        budget: usize,
+    },
+    /// A family has entries but a probe budget of zero.
+    #[error("there are {} entries but the {} probe budget is 0 lengths", family_name(*.0), family_name(*.0))]
+    NoProbeBudget(AddressFamily),
+    /// The update needs other active lengths; nothing was changed.
+    #[error("a full rebuild of the filter is needed: {0}")]
+    RebuildNeeded(RebuildReason),
+}
+
+/// Why an update needs a rebuild.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RebuildReason {
+    /// An entry is longer than every active length of its family.
+    #[error("{net} is longer than every active {} prefix length ({})", family_name(family_of(.net)), describe_lengths(.active))]
+    LengthNotActive {
+        /// The entry.
+        net: IpNet,
+        /// The family's active lengths, longest first.
+        active: Vec<u8>,
+    },
+    /// The added entries would take the plan past its key limit.
+    #[error("the plan would grow to {keys} filter keys, over the limit of {limit}")]
+    TooManyKeys {
+        /// Keys after the update (an upper bound).
+        keys: u128,
+        /// [`PlanLimits::max_keys`].
+        limit: u64,
+    },
+}
+
+fn describe_lengths(lengths: &[u8]) -> String {
+    if lengths.is_empty() {
+        return "none".to_owned();
+    }
+    let names: Vec<String> = lengths.iter().map(|len| format!("/{len}")).collect();
+    names.join(" ")
+}
+
+/// Active prefix lengths per family, longest first: what the XDP program
+/// probes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActiveLengths {
+    ipv4: Vec<u8>,
+    ipv6: Vec<u8>,
+}
+
+impl ActiveLengths {
+    /// Lengths for each family, in any order, duplicates ignored; `None` if
+    /// a length is longer than its family's addresses.
+    pub fn new(ipv4: &[u8], ipv6: &[u8]) -> Option<Self> {
+        Some(Self {
+            ipv4: probe_order(AddressFamily::Ipv4, ipv4)?,
+            ipv6: probe_order(AddressFamily::Ipv6, ipv6)?,
+        })
+    }
+
+    /// The IPv4 lengths, longest first.
+    pub fn ipv4(&self) -> &[u8] {
+        &self.ipv4
+    }
+
+    /// The IPv6 lengths, longest first.
+    pub fn ipv6(&self) -> &[u8] {
+        &self.ipv6
+    }
+
+    /// The lengths of `family`, longest first.
+    pub fn get(&self, family: AddressFamily) -> &[u8] {
+        match family {
+            AddressFamily::Ipv4 => &self.ipv4,
+            AddressFamily::Ipv6 => &self.ipv6,
+        }
+    }
+
+    /// The shortest active length of `family` that is at least `len`.
+    fn target(&self, family: AddressFamily, len: u8) -> Option<u8> {
+        self.get(family)
+            .iter()
+            .rev()
+            .copied()
+            .find(|&active| active >= len)
+    }
+}
+
+fn probe_order(family: AddressFamily, lengths: &[u8]) -> Option<Vec<u8>> {
+    let mut sorted = lengths.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted.dedup();
+    match sorted.first() {
+        Some(&longest) if longest > family.max_prefix_len() => None,
+        _ => Some(sorted),
+    }
+}
+
+/// Keys an entry of length `len` expands to at length `target`, `None` if
+/// more than `u128` can count.
+fn expansion_size(len: u8, target: u8) -> Option<u128> {
+    1u128.checked_shl(u32::from(target - len))
+}
+
+/// The best active lengths for a family whose entries have `histogram[len]`
+/// entries of each length: at most `budget` lengths, longest first, and the
+/// number of keys they expand to (saturating). Empty if there are no
+/// entries; `None` if there are entries and the budget is zero.
+pub fn choose_lengths(histogram: &[u64], budget: usize) -> Option<(Vec<u8>, u128)> {
+    let present: Vec<(u8, u64)> = (0u8..=u8::MAX)
+        .zip(histogram.iter().copied())
+        .filter(|&(_, count)| count > 0)
+        .collect();
+    if present.is_empty() {
+        return Some((Vec::new(), 0));
+    }
+    if budget == 0 {
+        return None;
+    }
+    // cost(from, to): keys for the present lengths at indices from..=to,
+    // all expanded to the length at `to`.
+    let cost = |from: usize, to: usize| -> u128 {
+        let (target, _) = present[to];
+        present[from..=to].iter().fold(0u128, |sum, &(len, count)| {
+            let per_entry = expansion_size(len, target).unwrap_or(u128::MAX);
+            sum.saturating_add(per_entry.saturating_mul(u128::from(count)))
+        })
+    };
+    let n = present.len();
+    let rounds = budget.min(n);
+    // best[j][i] and the previous active index that achieved it.
+    let mut best = vec![vec![(u128::MAX, None::<usize>); n]; rounds];
+    for (i, slot) in best[0].iter_mut().enumerate() {
+        *slot = (cost(0, i), None);
+    }
+    for j in 1..rounds {
+        for i in j..n {
+            let candidate = (j - 1..i)
+                .map(|p| (best[j - 1][p].0.saturating_add(cost(p + 1, i)), Some(p)))
+                .min_by_key(|&(keys, _)| keys);
+            if let Some(candidate) = candidate {
+                best[j][i] = candidate;
+            }
+        }
+    }
+    // Fewest keys; among equals, fewest lengths (fewer probes per packet).
+    let (mut round, mut keys) = (0, best[0][n - 1].0);
+    for (j, row) in best.iter().enumerate().skip(1) {
+        if row[n - 1].0 < keys {
+            (round, keys) = (j, row[n - 1].0);
+        }
+    }
+    let mut lengths = Vec::with_capacity(round + 1);
+    let mut index = Some(n - 1);
+    while let Some(i) = index {
+        lengths.push(present[i].0);
+        index = best[round][i].1;
+        round = round.saturating_sub(1);
+    }
+    Some((lengths, keys))
+}
+
+/// Filter keys to insert and to remove for one update, and prefilter bits
+/// to set and to clear. Write them in field order: set bits, insert,
+/// remove, clear bits. No key and no bit is in both of its lists, and the
+/// order keeps every listed address listed throughout (a key's bits are set
+/// before it goes in; a bit is cleared only once no key marks it).
+///
+/// The bits are counted over the plan's own keys. For a plan of every
+/// entry in the filter both lists are exact. A plan of only some entries
+/// (the control plane's plan of the entries around a change) does not see
+/// the other keys in the same blocks: its bits to set are still safe to
+/// set, but its bits to clear may be needed by keys it does not hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyDiff {
+    /// Prefilter bits no key marked before and some key marks now.
+    pub set_bits: Vec<PrefilterBit>,
+    /// Keys no entry covered before and some entry covers now.
+    pub insert: Vec<NetKey>,
+    /// Keys some entry covered before and none covers now.
+    pub remove: Vec<NetKey>,
+    /// Prefilter bits some key marked before and none marks now.
+    pub clear_bits: Vec<PrefilterBit>,
+}
+
+/// How many keys mark each prefilter bit, per family.
+#[derive(Clone, Debug)]
+struct BitReferences {
+    ipv4: Vec<u32>,
+    ipv6: Vec<u32>,
+}
+
+impl BitReferences {
+    fn new() -> Self {
+        Self {
+            ipv4: vec![0; PREFILTER_BITS],
+            ipv6: vec![0; PREFILTER_BITS],
+        }
+    }
+
+    fn counts(&self, family: AddressFamily) -> &[u32] {
+        match family {
+            AddressFamily::Ipv4 => &self.ipv4,
+            AddressFamily::Ipv6 => &self.ipv6,
+        }
+    }
+
+    fn count_mut(&mut self, bit: PrefilterBit) -> &mut u32 {
+        let counts = match bit.family {
+            AddressFamily::Ipv4 => &mut self.ipv4,
+            AddressFamily::Ipv6 => &mut self.ipv6,
+        };
+        &mut counts[bit.index as usize]
+    }
+
+    /// Counts a key that entered the filter; pushes the bits it is the
+    /// first to mark.
+    fn add(&mut self, key: &NetKey, newly_marked: &mut Vec<PrefilterBit>) {
+        for_each_distinct_bit(key, |bit| {
+            let count = self.count_mut(bit);
+            if *count == 0 {
+                newly_marked.push(bit);
+            }
+            *count += 1;
+        });
+    }
+
+    /// Uncounts a key that left the filter; pushes the bits no key marks
+    /// any more.
+    fn remove(&mut self, key: &NetKey, unmarked: &mut Vec<PrefilterBit>) {
+        for_each_distinct_bit(key, |bit| {
+            let count = self.count_mut(bit);
+            *count -= 1;
+            if *count == 0 {
+                unmarked.push(bit);
+            }
+        });
+    }
+}
+
+/// Calls `visit` once for every prefilter bit `key` marks.
+fn for_each_distinct_bit(key: &NetKey, visit: impl FnMut(PrefilterBit)) {
+    let bits = key_bits(key);
+    if !bits.may_repeat() {
+        bits.for_each(visit);
+        return;
+    }
+    let mut bits: Vec<PrefilterBit> = bits.collect();
+    bits.sort_unstable_by_key(|bit| bit.index);
+    bits.dedup();
+    bits.into_iter().for_each(visit);
+}
+
+/// Removes what is in both lists from both (changes an update made and
+/// undid again).
+fn cancel_common<T: Copy + Eq + std::hash::Hash>(first: &mut Vec<T>, second: &mut Vec<T>) {
+    if first.is_empty() || second.is_empty() {
+        return;
+    }
+    let in_first: HashSet<T> = first.iter().copied().collect();
+    let common: HashSet<T> = second
+        .iter()
+        .copied()
+        .filter(|item| in_first.contains(item))
+        .collect();
+    first.retain(|item| !common.contains(item));
+    second.retain(|item| !common.contains(item));
+}
+
+/// The exact entry set, its active lengths and the reference-counted keys
+/// it expands to.
+#[derive(Clone, Debug)]
+pub struct KeyPlan {
+    limits: PlanLimits,
+    lengths: ActiveLengths,
+    entries: HashSet<IpNet>,
+    key_refs: HashMap<NetKey, u32>,
+    bit_refs: BitReferences,
+}
+
+impl KeyPlan {
+    /// Plans `entries` (duplicates ignored) with the best active lengths
+    /// within `limits`.
+    pub fn build(
+        entries: impl IntoIterator<Item = IpNet>,
+        limits: PlanLimits,
+    ) -> Result<Self, PlanError> {
+        let entries: HashSet<IpNet> = entries.into_iter().collect();
+        let mut chosen = [Vec::new(), Vec::new()];
+        let mut planned = 0u128;
+        for (slot, family) in [AddressFamily::Ipv4, AddressFamily::Ipv6]
+            .into_iter()
+            .enumerate()
+        {
+            let mut histogram = vec![0u64; usize::from(family.max_prefix_len()) + 1];
+            for net in entries.iter().filter(|net| family_of(net) == family) {
+                histogram[usize::from(net.prefix_len())] += 1;
+            }
+            let budget = limits.budget(family);
+            let (lengths, keys) =
+                choose_lengths(&histogram, budget).ok_or(PlanError::NoProbeBudget(family))?;
+            planned = planned.saturating_add(keys);
+            if planned > u128::from(limits.max_keys) {
+                return Err(PlanError::TooManyKeys {
+                    family,
+                    planned,
+                    budget,
+                    limit: limits.max_keys,
+                });
+            }
+            chosen[slot] = lengths;
+        }
+        let [ipv4, ipv6] = chosen;
+        let lengths = ActiveLengths { ipv4, ipv6 };
+        Self::with_lengths(entries, lengths, limits)
+    }
+
+    /// Plans `entries` with given active lengths (those of a live filter),
+    /// for example to resume incremental updates against it.
+    pub fn with_lengths(
+        entries: impl IntoIterator<Item = IpNet>,
+        lengths: ActiveLengths,
+        limits: PlanLimits,
+    ) -> Result<Self, PlanError> {
+        for family in [AddressFamily::Ipv4, AddressFamily::Ipv6] {
+            let (count, budget) = (lengths.get(family).len(), limits.budget(family));
+            if count > budget {
+                return Err(PlanError::OverBudget {
+                    family,
+                    count,
+                    budget,
+                });
+            }
+        }
+        let mut plan = Self {
+            limits,
+            lengths,
+            entries: HashSet::new(),
+            key_refs: HashMap::new(),
+            bit_refs: BitReferences::new(),
+        };
+        let entries: Vec<IpNet> = entries.into_iter().collect();
+        plan.update(&entries, &[])?;
+        Ok(plan)
+    }
+
+    /// The limits the plan was made with.
+    pub fn limits(&self) -> PlanLimits {
+        self.limits
+    }
+
+    /// The active lengths.
+    pub fn lengths(&self) -> &ActiveLengths {
+        &self.lengths
+    }
+
+    /// The number of entries.
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether `net` is an entry.
+    pub fn contains_entry(&self, net: &IpNet) -> bool {
+        self.entries.contains(net)
+    }
+
+    /// The number of distinct filter keys.
+    pub fn key_count(&self) -> usize {
+        self.key_refs.len()
+    }
+
+    /// Every filter key, in no particular order, to fill a new filter.
+    pub fn keys(&self) -> impl Iterator<Item = &NetKey> {
+        self.key_refs.keys()
+    }
+
+    /// How many entries expand to `key` (0 if none).
+    pub fn key_references(&self, key: &NetKey) -> u32 {
+        self.key_refs.get(key).copied().unwrap_or(0)
+    }
+
+    /// How many keys mark the prefilter bit `bit` (0 if none).
+    pub fn bit_references(&self, bit: PrefilterBit) -> u32 {
+        self.bit_refs
+            .counts(bit.family)
+            .get(bit.index as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The prefilter bitmaps of every key, to install with a new filter.
+    pub fn prefilter(&self) -> Box<Prefilter> {
+        let mut prefilter = Box::new(Prefilter::EMPTY);
+        for family in [AddressFamily::Ipv4, AddressFamily::Ipv6] {
+            for (index, _) in (0u32..)
+                .zip(self.bit_refs.counts(family))
+                .filter(|&(_, &count)| count > 0)
+            {
+                prefilter.set(PrefilterBit { family, index });
+            }
+        }
+        prefilter
+    }
+
+    /// Whether the prefilter marks the block of `address`: if not, the XDP
+    /// program passes it without probing the filter.
+    pub fn prefilter_marks(&self, address: IpAddr) -> bool {
+        let bit = match address {
+            IpAddr::V4(v4) => PrefilterBit {
+                family: AddressFamily::Ipv4,
+                index: ipv4_bit(u32::from(v4)),
+            },
+            IpAddr::V6(v6) => PrefilterBit {
+                family: AddressFamily::Ipv6,
+                index: ipv6_bit((u128::from(v6) >> 96) as u32),
+            },
+        };
+        self.bit_references(bit) > 0
+    }
+
+    /// Adds the `added` entries, then removes the `removed` ones, and
+    /// returns the filter keys that changed. Adding an entry that is already
+    /// there and removing one that is not change nothing. On error the plan
+    /// is unchanged.
+    pub fn update(&mut self, added: &[IpNet], removed: &[IpNet]) -> Result<KeyDiff, PlanError> {
+        // Check every addition before changing anything. Duplicates in
+        // `added` are counted twice here: the bound stays an upper bound.
+        let mut new_keys = 0u128;
+        let mut additions = Vec::with_capacity(added.len());
+        for net in added.iter().filter(|net| !self.entries.contains(net)) {
+            let target = self.target_of(net)?;
+            let size = expansion_size(net.prefix_len(), target).unwrap_or(u128::MAX);
+            new_keys = new_keys.saturating_add(size);
+            additions.push((*net, target));
+        }
+        let keys = new_keys.saturating_add(self.key_refs.len() as u128);
+        if keys > u128::from(self.limits.max_keys) {
+            return Err(PlanError::RebuildNeeded(RebuildReason::TooManyKeys {
+                keys,
+                limit: self.limits.max_keys,
+            }));
+        }
+
+        let mut diff = KeyDiff::default();
+        self.key_refs
+            .reserve(usize::try_from(new_keys).unwrap_or(0));
+        self.entries.reserve(additions.len());
+        for (net, target) in additions {
+            if !self.entries.insert(net) {
+                continue;
+            }
+            for key in expand(net, target) {
+                let references = self.key_refs.entry(key).or_insert(0);
+                if *references == 0 {
+                    diff.insert.push(key);
+                    self.bit_refs.add(&key, &mut diff.set_bits);
+                }
+                *references += 1;
+            }
+        }
+        for net in removed {
+            // Every entry has an active length at or above its own.
+            let Some(target) = self.lengths.target(family_of(net), net.prefix_len()) else {
+                continue;
+            };
+            if !self.entries.remove(net) {
+                continue;
+            }
+            for key in expand(*net, target) {
+                if let Some(references) = self.key_refs.get_mut(&key) {
+                    *references -= 1;
+                    if *references == 0 {
+                        self.key_refs.remove(&key);
+                        diff.remove.push(key);
+                        self.bit_refs.remove(&key, &mut diff.clear_bits);
+                    }
+                }
+            }
+        }
+        // Keys (and bits) that an added entry brought in and a removed one
+        // took out again were absent before and are absent after.
+        cancel_common(&mut diff.insert, &mut diff.remove);
+        cancel_common(&mut diff.set_bits, &mut diff.clear_bits);
+        Ok(diff)
+    }
+
+    /// The active length an entry expands to.
+    fn target_of(&self, net: &IpNet) -> Result<u8, PlanError> {
+        let family = family_of(net);
+        self.lengths
+            .target(family, net.prefix_len())
+            .ok_or_else(|| {
+                PlanError::RebuildNeeded(RebuildReason::LengthNotActive {
+                    net: *net,
+                    active: self.lengths.get(family).to_vec(),
+                })
+            })
+    }
+
+    /// The keys the XDP program probes for `address`, in probe order.
+    pub fn probe_keys(&self, address: IpAddr) -> Vec<NetKey> {
+        let family = family_of_address(&address);
+        let bits = address_bits(&address);
+        self.lengths
+            .get(family)
+            .iter()
+            .map(|&len| net_key(family, bits, len))
+            .collect()
+    }
+
+    /// The entries that contain `address`, longest first.
+    pub fn covering_entries(&self, address: IpAddr) -> Vec<IpNet> {
+        let max = family_of_address(&address).max_prefix_len();
+        (0..=max)
+            .rev()
+            .filter_map(|len| IpNet::new(address, len).ok().map(|net| net.trunc()))
+            .filter(|net| self.entries.contains(net))
+            .collect()
+    }
+
+    /// Checks `address`: the entries covering it, and the first of its
+    /// probe keys that `filter_contains` (the live filter) reports.
+    pub fn check(
+        &self,
+        address: IpAddr,
+        mut filter_contains: impl FnMut(&NetKey) -> bool,
+    ) -> CheckReport {
+        CheckReport {
+            address,
+            covering: self.covering_entries(address),
+            filter_hit: self
+                .probe_keys(address)
+                .into_iter()
+                .find(|key| filter_contains(key)),
+        }
+    }
+}
+
+/// The keys of length `target` (at least the entry's length, with a
+/// countable expansion) inside `net`.
+fn expand(net: IpNet, target: u8) -> impl Iterator<Item = NetKey> {
+    let family = family_of(&net);
+    let network = address_bits(&net.network());
+    let count = expansion_size(net.prefix_len(), target).unwrap_or(u128::MAX);
+    let step = 1u128
+        .checked_shl(u32::from(family.max_prefix_len() - target))
+        .unwrap_or(0);
+    (0..count).map(move |index| net_key(family, network.wrapping_add(index * step), target))
+}
+
+/// An address as a number (IPv4 in the low 32 bits).
+fn address_bits(address: &IpAddr) -> u128 {
+    match address {
+        IpAddr::V4(v4) => u128::from(u32::from(*v4)),
+        IpAddr::V6(v6) => u128::from(*v6),
+    }
+}
+
+/// The key of the prefix of length `len` (valid for `family`) of an address
+/// given as a number.
+fn net_key(family: AddressFamily, bits: u128, len: u8) -> NetKey {
+    let key = match family {
+        AddressFamily::Ipv4 => NetKey::ipv4(bits as u32, len),
+        AddressFamily::Ipv6 => NetKey::ipv6((bits >> 64) as u64, bits as u64, len),
+    };
+    key.expect("prefix lengths in a plan are at most the family's address width")
+}
+
+/// What [`KeyPlan::check`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReport {
+    /// The address checked.
+    pub address: IpAddr,
+    /// The entries that contain it, longest first.
+    pub covering: Vec<IpNet>,
+    /// The first probe key the filter matched, if any: where the XDP
+    /// program would stop.
+    pub filter_hit: Option<NetKey>,
+}
+
+/// The meaning of a [`CheckReport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckVerdict {
+    /// Entries cover the address and the filter matches it.
+    Listed,
+    /// No entry covers it and the filter does not match it.
+    NotListed,
+    /// No entry covers it, yet the filter matches it: a false positive of
+    /// the approximate filter (packets from it are dropped too).
+    FalsePositive,
+    /// An entry covers it but the filter does not match it: the filter is
+    /// out of date (`cfctl verify` rebuilds it).
+    MissingFromFilter,
+}
+
+impl CheckReport {
+    /// What the report means.
+    pub fn verdict(&self) -> CheckVerdict {
+        match (self.covering.is_empty(), self.filter_hit.is_some()) {
+            (false, true) => CheckVerdict::Listed,
+            (true, false) => CheckVerdict::NotListed,
+            (true, true) => CheckVerdict::FalsePositive,
+            (false, false) => CheckVerdict::MissingFromFilter,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use blocklist_ebpf::prefilter::word_and_mask;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Active lengths four apart, so that every entry length expands to at
+    /// most 8 keys.
+    fn lengths() -> ActiveLengths {
+        ActiveLengths::new(
+            &[32, 28, 24, 20, 16, 12, 8, 4],
+            &[64, 48, 32, 28, 24, 20, 16, 12],
+        )
+        .expect("valid lengths")
+    }
+
+    /// Entries crowded into a few regions, so that they share blocks: IPv4
+    /// from /4 to /32 in 198.0.0.0/8; IPv6 from /12 to /32 (hashed runs of
+    /// blocks, every bit at /16 and shorter) and /48, /64 in 2001:db8::/29.
+    fn entry() -> impl Strategy<Value = IpNet> {
+        let v4 = (0u32..1 << 24, 4u8..=32).prop_map(|(offset, len)| {
+            IpNet::new(IpAddr::V4(Ipv4Addr::from(0xc600_0000 | offset)), len)
+                .expect("a valid length")
+                .trunc()
+        });
+        let v6_len = prop_oneof![12u8..=32, Just(48u8), Just(64u8)];
+        let v6 = (0u128..1 << 20, v6_len).prop_map(|(offset, len)| {
+            let address = 0x2001_0db8u128 << 96 | offset << 80;
+            IpNet::new(IpAddr::V6(Ipv6Addr::from(address)), len)
+                .expect("a valid length")
+                .trunc()
+        });
+        prop_oneof![2 => v4, 1 => v6]
+    }
+
+    /// The bitmaps recomputed from the plan's keys.
+    fn recomputed(plan: &KeyPlan) -> Box<Prefilter> {
+        let mut prefilter = Box::new(Prefilter::EMPTY);
+        for key in plan.keys() {
+            prefilter.mark(key);
+        }
+        prefilter
+    }
+
+    fn clear(prefilter: &mut Prefilter, bit: PrefilterBit) {
+        let (word, mask) = word_and_mask(bit.index);
+        prefilter.words_mut(bit.family)[word] &= !mask;
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Applying each diff's bits to the live bitmaps (set, then clear)
+        /// keeps them equal to the bitmaps of the remaining keys; a diff
+        /// sets only unset bits and clears only set ones.
+        #[test]
+        fn diff_bits_keep_the_bitmaps_equal_to_the_keys(
+            steps in prop::collection::vec(
+                (
+                    prop::collection::vec(entry(), 0..5),
+                    prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+                ),
+                1..12,
+            )
+        ) {
+            let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default())
+                .expect("a plan");
+            let mut live = Box::new(Prefilter::EMPTY);
+            for (added, removed) in steps {
+                let mut entries: Vec<IpNet> = plan.entries.iter().copied().collect();
+                entries.sort();
+                let removed: Vec<IpNet> = if entries.is_empty() {
+                    Vec::new()
+                } else {
+                    removed.iter().map(|index| *index.get(&entries)).collect()
+                };
+                let diff = plan.update(&added, &removed).expect("an update within the lengths");
+                for &bit in &diff.set_bits {
+                    prop_assert!(!live.contains(bit), "{:?} set twice", bit);
+                    live.set(bit);
+                }
+                for &bit in &diff.clear_bits {
+                    prop_assert!(live.contains(bit), "{:?} cleared while clear", bit);
+                    prop_assert_eq!(plan.bit_references(bit), 0);
+                    clear(&mut live, bit);
+                }
+                let expected = recomputed(&plan);
+                prop_assert!(*live == *expected, "the live bitmaps drifted from the keys");
+                prop_assert!(*plan.prefilter() == *expected, "the plan's bitmaps drifted");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bit_stays_set_until_its_last_key_goes() {
+        let nets = |texts: &[&str]| -> Vec<IpNet> {
+            texts
+                .iter()
+                .map(|text| text.parse().expect("a CIDR"))
+                .collect()
+        };
+        let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
+        let block = PrefilterBit {
+            family: AddressFamily::Ipv4,
+            index: 0xc612,
+        };
+        let diff = plan
+            .update(&nets(&["198.18.1.0/24", "198.18.2.0/24"]), &[])
+            .unwrap();
+        assert_eq!(diff.set_bits, [block]);
+        assert_eq!(plan.bit_references(block), 2);
+        let diff = plan.update(&[], &nets(&["198.18.1.0/24"])).unwrap();
+        assert!(diff.clear_bits.is_empty());
+        let diff = plan.update(&[], &nets(&["198.18.2.0/24"])).unwrap();
+        assert_eq!(diff.clear_bits, [block]);
+        // Added and removed in one update: neither set nor cleared.
+        let diff = plan
+            .update(&nets(&["198.18.3.0/24"]), &nets(&["198.18.3.0/24"]))
+            .unwrap();
+        assert!(diff.set_bits.is_empty() && diff.clear_bits.is_empty() && diff.insert.is_empty());
+        // A /14 marks its four /16 blocks.
+        let diff = plan.update(&nets(&["198.16.0.0/14"]), &[]).unwrap();
+        let mut indexes: Vec<u32> = diff.set_bits.iter().map(|bit| bit.index).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, [0xc610, 0xc611, 0xc612, 0xc613]);
+        assert!(plan.prefilter_marks("198.17.0.1".parse().unwrap()));
+        assert!(!plan.prefilter_marks("198.20.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn short_ipv6_keys_mark_every_bit_once() {
+        let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
+        let diff = plan.update(&["2001::/16".parse().unwrap()], &[]).unwrap();
+        assert_eq!(diff.set_bits.len(), PREFILTER_BITS);
+        assert!(plan.prefilter().ipv6.iter().all(|&word| word == u64::MAX));
+        // A /20 spans 4,096 /32 blocks, hashed to bits that may repeat;
+        // each bit is listed and counted once per key.
+        let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
+        let wide: IpNet = "2001::/20".parse().unwrap();
+        let diff = plan.update(&[wide], &[]).unwrap();
+        let distinct: HashSet<PrefilterBit> = diff.set_bits.iter().copied().collect();
+        assert_eq!(distinct.len(), diff.set_bits.len());
+        assert!(diff.set_bits.len() <= 1 << 12);
+        assert!(diff
+            .set_bits
+            .iter()
+            .all(|&bit| plan.bit_references(bit) == 1));
+        let diff = plan.update(&[], &[wide]).unwrap();
+        assert_eq!(diff.clear_bits.len(), distinct.len());
+        assert_eq!(*plan.prefilter(), Prefilter::EMPTY);
+    }
+}

@@ -1,0 +1,544 @@
+//! cfctl end to end, on the real kernel: the `cfctl` binary attached to the
+//! host end of a veth pair whose peer is in a namespace (addresses in
+//! 198.18.0.0/15 and 2001:db8::/32 only). Shared blocklists imported, real
+//! packets from listed and unlisted sources, add/del from further cfctl
+//! processes without reloading, detach and attach again; a hammer of live
+//! updates under continuous BPF_PROG_TEST_RUN probes; cfctl killed in the
+//! middle of imports; every bad input refused with one line, changing
+//! nothing; and the generated man pages and completions. Needs root,
+//! iproute2, ping and setpriv.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use aya::programs::Xdp;
+use aya_obj::programs::XdpAttachType;
+use common::cfctl::{expect_one_error_line, Cfctl};
+use common::netns::{check_traffic, TestNetwork, DATAGRAMS, PINGS};
+use common::{udp_frame, Tags};
+use ipnet::IpNet;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use userspace::blocklist::{parse_file, ParseOptions};
+use userspace::control::{Change, Control, NoProgress};
+use userspace::store::{ListKind, NewEntry};
+use userspace::test_run::{run_xdp, XdpAction};
+
+fn shared_list(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/blocklists")
+        .join(name)
+}
+
+fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// Packets of `outcome`/`family` in `cfctl stats --json`.
+fn packets(cfctl: &Cfctl, outcome: &str, family: &str) -> u64 {
+    let stats = cfctl.json(&["stats"]);
+    stats
+        .as_array()
+        .expect("a list of counters")
+        .iter()
+        .find(|counter| counter["outcome"] == outcome && counter["family"] == family)
+        .and_then(|counter| counter["packets"].as_u64())
+        .expect("the counter")
+}
+
+fn entry_count(cfctl: &Cfctl) -> u64 {
+    cfctl.json(&["status"])["entries"]
+        .as_u64()
+        .expect("an entry count")
+}
+
+/// A test network on `subnet` and cfctl attached (native mode) to its host
+/// end with a filter for `capacity` keys (bind both: the cfctl guard,
+/// second, is dropped first).
+fn attached(subnet: u8, name: &str, capacity: &str) -> (TestNetwork, Cfctl) {
+    let network = TestNetwork::new(subnet);
+    let cfctl = Cfctl::new(name);
+    cfctl.ok(&["attach", &network.host_link, "--capacity", capacity]);
+    (network, cfctl)
+}
+
+#[test]
+fn shared_lists_real_traffic_second_process_updates_and_reattach() {
+    let (network, cfctl) = attached(111, "e2e", "20000");
+    let host = network.host_link.as_str();
+
+    // The shared lists, imported one after the other, accumulate.
+    let mut expected = HashSet::new();
+    for name in [
+        "spamhaus_drop.netset",
+        "spamhaus_dropv6.txt",
+        "dshield_top_1000.ipset",
+        "feodo_badips.ipset",
+    ] {
+        let path = shared_list(name);
+        let list = parse_file(&path, ParseOptions::default()).expect("a shared list parses");
+        expected.extend(list.entries.iter().map(|entry| entry.net));
+        cfctl.ok(&["import", path_arg(&path)]);
+    }
+    assert_eq!(entry_count(&cfctl), expected.len() as u64);
+    cfctl.ok(&["verify"]);
+    check_traffic(&network, false);
+
+    // Another cfctl process lists the peer's .3 / ::3: no reload.
+    let (listed_v4, listed_v6) = (network.v4(3).to_string(), network.v6(3).to_string());
+    cfctl.ok(&["add", &listed_v4, &listed_v6, "--comment", "test peer"]);
+    check_traffic(&network, true);
+    for family in ["ipv4", "ipv6"] {
+        assert_eq!(
+            packets(&cfctl, "dropped", family),
+            DATAGRAMS + PINGS,
+            "{family} packets dropped"
+        );
+    }
+    let check = cfctl.json(&["check", &listed_v4]);
+    assert_eq!(check["verdict"], "listed");
+    assert_eq!(check["covering"][0]["comment"], "test peer");
+    assert_eq!(
+        cfctl.json(&["check", &network.v4(2).to_string()])["verdict"],
+        "not_listed"
+    );
+
+    // And deletes them again, then adds them back.
+    cfctl.ok(&["del", &listed_v4, &listed_v6]);
+    check_traffic(&network, false);
+    cfctl.ok(&["add", &listed_v4, &listed_v6]);
+
+    // Detach keeping the state: the program and maps stay pinned, and the
+    // next attach reuses them.
+    cfctl.ok(&["detach", host, "--keep-state"]);
+    assert!(
+        cfctl.pin_dir().join("program").exists(),
+        "--keep-state unpinned"
+    );
+    check_traffic(&network, false);
+    assert_eq!(cfctl.json(&["attach", host])["loaded"], false);
+    check_traffic(&network, true);
+
+    // Detach: nothing is filtered, nothing stays pinned; attach again (in
+    // SKB mode): the same list, filtering again.
+    let exported = cfctl.ok(&["export"]);
+    cfctl.ok(&["detach", "--all"]);
+    assert!(!cfctl.pin_dir().exists(), "detach left pins behind");
+    check_traffic(&network, false);
+    cfctl.ok(&["attach", host, "--mode", "skb"]);
+    assert_eq!(cfctl.ok(&["export"]), exported);
+    cfctl.ok(&["verify"]);
+    check_traffic(&network, true);
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["interfaces"][0]["mode"], "skb");
+    assert_eq!(status["entries"], expected.len() as u64 + 2);
+
+    // FireHOL level 1 lists the whole benchmarking range: replacing the
+    // list with it blocks the unlisted peer too, until it is allowlisted.
+    let unlisted = network.v4(2);
+    cfctl.ok(&[
+        "import",
+        "--replace",
+        path_arg(&shared_list("firehol_level1.netset")),
+    ]);
+    let check = cfctl.json(&["check", &unlisted.to_string()]);
+    assert_eq!(check["verdict"], "listed");
+    assert_eq!(check["covering"][0]["net"], "198.18.0.0/15");
+    assert!(
+        !network.ping(unlisted, network.v4(1)),
+        "ping from {unlisted}"
+    );
+    cfctl.ok(&["allow", "add", &unlisted.to_string()]);
+    assert!(
+        network.ping(unlisted, network.v4(1)),
+        "ping from allowlisted {unlisted}"
+    );
+    cfctl.ok(&["verify"]);
+}
+
+/// Addresses inside the hammer's fixed entries, probed all the time.
+const FIXED: [&str; 5] = [
+    "198.18.112.0/24",
+    "198.18.113.7/32",
+    "198.19.0.0/16",
+    "2001:db8:112::/64",
+    "2001:db8:112:1::9/128",
+];
+const PROBED: [&str; 8] = [
+    "198.18.112.1",
+    "198.18.112.254",
+    "198.18.113.7",
+    "198.19.200.9",
+    "2001:db8:112::1",
+    "2001:db8:112::ffff:1",
+    "2001:db8:112:1::9",
+    "198.19.0.0",
+];
+
+/// A random entry other than the fixed ones: mostly lengths that are
+/// active (incremental updates), some that overlap the fixed entries when
+/// expanded (shared keys), a few that need a rebuild (/28).
+fn random_other(rng: &mut StdRng) -> IpNet {
+    let v4 = |rng: &mut StdRng, len: u8| {
+        let address = Ipv4Addr::from(0xc612_0000 | rng.random_range(0..0x2_0000u32));
+        IpNet::new(IpAddr::V4(address), len)
+            .expect("a length")
+            .trunc()
+    };
+    let v6 = |rng: &mut StdRng, len: u8| {
+        let low: u128 = rng.random_range(0..1 << 20) << rng.random_range(0..100u32);
+        let address = Ipv6Addr::from((0x2001_0db8u128 << 96) | (low & ((1 << 96) - 1)));
+        IpNet::new(IpAddr::V6(address), len)
+            .expect("a length")
+            .trunc()
+    };
+    match rng.random_range(0..100) {
+        0..=49 => v4(rng, 32),
+        50..=64 => v4(rng, 24),
+        65..=69 => "198.18.112.0/23".parse().expect("a CIDR"),
+        70..=72 => "198.18.0.0/15".parse().expect("a CIDR"),
+        73 => v4(rng, 28),
+        74..=89 => v6(rng, 128),
+        90..=96 => v6(rng, 64),
+        _ => "2001:db8:112::/63".parse().expect("a CIDR"),
+    }
+}
+
+#[test]
+fn hammer_of_live_updates_never_hides_a_listed_address() {
+    const OPERATIONS: u64 = 100_000;
+    const BATCH: usize = 100;
+    let (_network, cfctl) = attached(112, "hammer", "8000");
+    let mut args = vec!["add"];
+    args.extend(FIXED);
+    cfctl.ok(&args);
+    let fixed: HashSet<IpNet> = FIXED
+        .iter()
+        .map(|net| net.parse().expect("a CIDR"))
+        .collect();
+
+    let program = Xdp::from_pin(cfctl.pin_dir().join("program"), XdpAttachType::Interface)
+        .expect("opening the pinned program");
+    let frames: Vec<Vec<u8>> = PROBED
+        .iter()
+        .map(|address| udp_frame(address.parse().expect("an address"), Tags::None))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
+    let mut control =
+        Control::open(cfctl.pin_dir(), cfctl.state_dir()).expect("opening the control plane");
+    let mut rng = StdRng::seed_from_u64(0x4a33e7);
+    let mut present: Vec<IpNet> = Vec::new();
+    let mut operations = 0u64;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let fd = program.fd().expect("the program's fd");
+            while !stop.load(Ordering::Relaxed) {
+                for frame in &frames {
+                    let run = run_xdp(fd.as_fd(), frame, 1).expect("BPF_PROG_TEST_RUN");
+                    probes.fetch_add(1, Ordering::Relaxed);
+                    if run.action != XdpAction::Drop {
+                        misses.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        while operations < OPERATIONS {
+            // Keep about a thousand other entries: add a batch, delete one.
+            let mut batch = HashSet::new();
+            while batch.len() < BATCH {
+                let net = random_other(&mut rng);
+                if !fixed.contains(&net) && !present.contains(&net) {
+                    batch.insert(net);
+                }
+            }
+            let added: Vec<IpNet> = batch.into_iter().collect();
+            let entries: Vec<NewEntry<'_>> = added
+                .iter()
+                .map(|&net| NewEntry {
+                    net,
+                    source: "hammer",
+                    comment: None,
+                })
+                .collect();
+            control
+                .change(ListKind::Blocklist, Change::Add(&entries), &NoProgress)
+                .expect("adding a batch");
+            present.extend(added);
+            let deleting = if present.len() > 1000 {
+                BATCH
+            } else {
+                BATCH / 2
+            };
+            let mut deleted = Vec::with_capacity(deleting);
+            for _ in 0..deleting {
+                deleted.push(present.swap_remove(rng.random_range(0..present.len())));
+            }
+            control
+                .change(ListKind::Blocklist, Change::Delete(&deleted), &NoProgress)
+                .expect("deleting a batch");
+            operations += (BATCH + deleting) as u64;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let (probes, misses) = (probes.into_inner(), misses.into_inner());
+    assert!(probes >= 1000, "only {probes} probes ran");
+    assert_eq!(
+        misses, 0,
+        "{misses} of {probes} probes of listed addresses passed"
+    );
+    let report = control.verify().expect("verifying");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.entries, present.len() + FIXED.len());
+    drop(control);
+    cfctl.ok(&["verify"]);
+}
+
+/// `count` distinct entries for crash round `round`: IPv4 hosts in
+/// 198.18.0.0/15, IPv6 hosts in 2001:db8::/32.
+fn crash_list(dir: &Path, round: usize, count: usize) -> (PathBuf, HashSet<IpNet>) {
+    let mut rng = StdRng::seed_from_u64(round as u64);
+    let mut nets = HashSet::with_capacity(count);
+    while nets.len() < count {
+        let address = if rng.random_bool(0.8) {
+            IpAddr::V4(Ipv4Addr::from(
+                0xc612_0000 | rng.random_range(0..0x2_0000u32),
+            ))
+        } else {
+            let low: u64 = rng.random();
+            IpAddr::V6(Ipv6Addr::from(
+                (0x2001_0db8u128 << 96) | (round as u128) << 64 | u128::from(low),
+            ))
+        };
+        nets.insert(IpNet::from(address));
+    }
+    let text: String = nets.iter().map(|net| format!("{net}\n")).collect();
+    let path = dir.join(format!("crash-{round}.txt"));
+    std::fs::write(&path, text).expect("writing a list");
+    (path, nets)
+}
+
+fn exported_set(cfctl: &Cfctl) -> HashSet<IpNet> {
+    cfctl
+        .ok(&["export"])
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.parse().expect("an exported CIDR"))
+        .collect()
+}
+
+#[test]
+fn killed_imports_leave_a_consistent_store_and_reattach_repairs_the_filter() {
+    let (network, cfctl) = attached(113, "crash", "500000");
+    let host = network.host_link.as_str();
+    let lists = tempfile::tempdir().expect("a directory for lists");
+    let mut committed: HashSet<IpNet> = HashSet::new();
+    let mut rng = StdRng::seed_from_u64(0xdead);
+    for round in 0..6 {
+        // Small imports write keys into the live table one by one, large
+        // ones build a new table and swap it in.
+        let count = if round % 2 == 0 { 60_000 } else { 200_000 };
+        let (path, nets) = crash_list(lists.path(), round, count);
+        let mut child = cfctl
+            .command(&["import", path_arg(&path)])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting cfctl import");
+        std::thread::sleep(Duration::from_millis(rng.random_range(1..400)));
+        child.kill().expect("kill -9 of cfctl by PID");
+        child.wait().expect("reaping cfctl");
+
+        // All or nothing in the store.
+        let stored = exported_set(&cfctl);
+        let with_import: HashSet<IpNet> = committed.union(&nets).copied().collect();
+        assert!(
+            stored == committed || stored == with_import,
+            "round {round}: the store holds {} entries, neither {} nor {}",
+            stored.len(),
+            committed.len(),
+            with_import.len()
+        );
+        committed = stored;
+
+        // Attaching again rebuilds the filter from the store.
+        cfctl.ok(&["attach", host]);
+        cfctl.ok(&["verify"]);
+    }
+}
+
+/// The state a bad command must not change: the list and the live keys.
+fn snapshot(cfctl: &Cfctl) -> (String, Value) {
+    let status = cfctl.json(&["status"]);
+    (
+        cfctl.ok(&["export"]),
+        status["filter"]["fingerprints"].clone(),
+    )
+}
+
+#[test]
+fn bad_input_is_refused_with_one_line_and_changes_nothing() {
+    // 64 slots: easy to fill.
+    let (network, cfctl) = attached(114, "badinput", "60");
+    let host = network.host_link.as_str();
+    cfctl.ok(&["add", "198.18.0.0/24", "2001:db8::/48"]);
+    let before = snapshot(&cfctl);
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let bad_list = dir.path().join("bad.txt");
+    std::fs::write(&bad_list, "198.18.1.1\n# fine\nnonsense\n198.18.1.2\n").expect("writing");
+    let bad_list_text = format!(
+        "{}:3: not an IP address or CIDR: 'nonsense'",
+        bad_list.display()
+    );
+    let many: Vec<String> = (0..100).map(|host| format!("198.18.9.{host}")).collect();
+    let mut add_many = vec!["add"];
+    add_many.extend(many.iter().map(String::as_str));
+    let big_list = dir.path().join("big.txt");
+    let big: String = (0..1000)
+        .map(|host| format!("198.18.{}.{}\n", 20 + host / 256, host % 256))
+        .collect();
+    std::fs::write(&big_list, big).expect("writing");
+
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["add", "198.18.0.300"],
+            "'198.18.0.300': not an IP address or CIDR".into(),
+        ),
+        (
+            vec!["add", "198.18.1.1", "10.1.2.3/8"],
+            "'10.1.2.3/8': host bits are set beyond the prefix length (the network is 10.0.0.0/8)"
+                .into(),
+        ),
+        (
+            vec!["del", "2001:db8::/129"],
+            "'2001:db8::/129': prefix length out of range".into(),
+        ),
+        (vec!["import", path_arg(&bad_list)], bad_list_text),
+        (
+            vec!["import", "/nonexistent/list.txt"],
+            "/nonexistent/list.txt: cannot read the list".into(),
+        ),
+        (
+            vec!["import", "--format", "csv", "x"],
+            "invalid value 'csv' for '--format <FORMAT>'".into(),
+        ),
+        (
+            vec!["check", "not-an-ip"],
+            "'not-an-ip': not an IP address".into(),
+        ),
+        (
+            vec!["attach", "cfnosuchif"],
+            "no network interface named 'cfnosuchif'".into(),
+        ),
+        (
+            vec!["attach", host, "--fpr", "1e-30"],
+            "no filter reaches a false-positive rate of 1e-30".into(),
+        ),
+        (
+            vec!["attach", host, "--fingerprint-bits", "8"],
+            "the attached filter has 16-bit fingerprints".into(),
+        ),
+        (add_many.clone(), "the filter is full".into()),
+        (
+            vec!["import", path_arg(&big_list)],
+            "the filter is full".into(),
+        ),
+        (vec!["save"], "`cfctl save` needs --device".into()),
+        (
+            vec!["detach", "cfnosuchif"],
+            "cfctl is not attached to 'cfnosuchif'".into(),
+        ),
+    ];
+    for (args, expected) in &cases {
+        let line = cfctl.fails(args);
+        assert!(
+            line.starts_with("cfctl: ") && line.contains(expected.as_str()),
+            "cfctl {}: got {line:?}, expected it to contain {expected:?}",
+            args.join(" ")
+        );
+        assert_eq!(
+            snapshot(&cfctl),
+            before,
+            "cfctl {} changed something",
+            args.join(" ")
+        );
+    }
+    let full = cfctl.fails(&add_many);
+    assert!(full.contains("cfctl resize"), "{full}");
+
+    // Another XDP program holds the interface: a second cfctl with its
+    // own pins.
+    let other = Cfctl::new("badinput-other");
+    let busy = other.fails(&["attach", host, "--mode", "skb"]);
+    assert!(
+        busy.contains(&format!("'{host}' already has another XDP program")),
+        "{busy}"
+    );
+    assert!(
+        !other.pin_dir().exists(),
+        "a refused attach left pins behind"
+    );
+
+    // Without root.
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_cfctl"))
+        .arg("--pin-dir")
+        .arg(cfctl.pin_dir())
+        .arg("--state-dir")
+        .arg(cfctl.state_dir())
+        .arg("status")
+        .output()
+        .expect("running setpriv (util-linux)");
+    let line = expect_one_error_line(&output, "status as nobody");
+    assert!(line.contains("cfctl needs root"), "{line}");
+
+    // A delete of an unlisted entry warns and changes nothing.
+    let output = cfctl.run(&["del", "198.18.77.0/24"]);
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("198.18.77.0/24 was not listed"));
+    assert_eq!(snapshot(&cfctl), before);
+
+    // Made larger, the filter takes them, with no gap.
+    cfctl.ok(&["resize", "--capacity", "5000"]);
+    cfctl.ok(&add_many);
+    cfctl.ok(&["verify"]);
+    assert_eq!(entry_count(&cfctl), 102);
+}
+
+#[test]
+fn man_pages_and_completions_are_generated() {
+    let run = |args: &[&str]| {
+        let output = common::cfctl::binary()
+            .args(args)
+            .output()
+            .expect("running cfctl");
+        assert!(output.status.success(), "cfctl {}", args.join(" "));
+        String::from_utf8(output.stdout).expect("UTF-8 output")
+    };
+    let page = run(&["man"]);
+    assert!(
+        page.contains(".TH cfctl 1") && page.contains("attach"),
+        "{page}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(run(&["completions", shell]).contains("import"), "{shell}");
+    }
+    let dir = tempfile::tempdir().expect("a directory");
+    run(&["man", "--out", dir.path().to_str().expect("a UTF-8 path")]);
+    for page in [
+        "cfctl.1",
+        "cfctl-attach.1",
+        "cfctl-import.1",
+        "cfctl-allow-add.1",
+    ] {
+        assert!(dir.path().join(page).exists(), "{page} not written");
+    }
+}

@@ -1,0 +1,125 @@
+//! `cfctl --device` against the QEMU firmware image: import a shared
+//! blocklist (built and pushed as a snapshot), check listed and unlisted
+//! addresses, delete an entry, add one, read status and stats, save; and a
+//! bad list that is refused with `file:line` and changes nothing on the
+//! device. Needs `qemu-system-arm` and `defmt-print` (`./x setup`).
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use common::cfctl::{binary, expect_one_error_line};
+use common::qemu::{firmware_elf, repo_root, Qemu};
+use ipnet::IpNet;
+use userspace::blocklist::{parse_file, ParseOptions};
+
+/// Runs `cfctl --device SOCKET --json ARGS`, which must succeed.
+fn device_json(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let output = binary()
+        .arg("--device")
+        .arg(socket)
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("running cfctl");
+    assert!(
+        output.status.success(),
+        "cfctl --device {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("cfctl --json prints JSON")
+}
+
+#[test]
+fn cfctl_drives_the_qemu_firmware() {
+    let elf = firmware_elf();
+    let (mut qemu, first_client) = Qemu::boot(&elf);
+    // QEMU waits for a first client before the guest starts; cfctl then
+    // connects anew for every command.
+    drop(first_client);
+    let socket = qemu.socket();
+
+    let list_path = repo_root().join("../shared/data/blocklists/spamhaus_drop.netset");
+    let list = parse_file(&list_path, ParseOptions::default()).expect("the shared list parses");
+    let unique: HashSet<IpNet> = list.entries.iter().map(|entry| entry.net).collect();
+    let path = list_path.to_str().expect("a UTF-8 path");
+    let import = device_json(&socket, &["import", path]);
+    assert_eq!(import["entries"], unique.len());
+    assert_eq!(import["device_entries"], unique.len());
+
+    let status = device_json(&socket, &["status"]);
+    assert_eq!(status["entries"], unique.len());
+    assert_eq!(status["saved_sequence"], import["sequence"]);
+
+    // An address inside the first entry is listed; one in the benchmarking
+    // range is not (unless a false positive, which 16-bit fingerprints
+    // make unlikely at this load).
+    let first = list.entries[0].net;
+    let inside = first.hosts().nth(1).unwrap_or(first.network());
+    assert_eq!(
+        device_json(&socket, &["check", &inside.to_string()])["listed"],
+        true
+    );
+    assert_eq!(
+        device_json(&socket, &["check", "198.18.0.1"])["listed"],
+        false
+    );
+
+    // Delete the first entry; add a benchmarking prefix.
+    let deleted = device_json(&socket, &["del", &first.to_string()]);
+    assert_eq!(deleted["deleted"][0], first.to_string());
+    assert_eq!(
+        device_json(&socket, &["check", &inside.to_string()])["listed"],
+        false
+    );
+    assert_eq!(device_json(&socket, &["add", "198.18.0.0/24"])["added"], 1);
+    assert_eq!(
+        device_json(&socket, &["check", "198.18.0.77"])["listed"],
+        true
+    );
+
+    // A bad list: one line naming file and line, and the device unchanged.
+    let dir = tempfile::tempdir().expect("a directory");
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "198.18.1.0/24\n198.18.1.0/33\n").expect("writing");
+    let before = device_json(&socket, &["status"]);
+    let output = binary()
+        .arg("--device")
+        .arg(&socket)
+        .arg("import")
+        .arg(&bad)
+        .output()
+        .expect("running cfctl");
+    let line = expect_one_error_line(&output, "--device import bad.txt");
+    assert!(
+        line.contains(&format!("{}:2: prefix length out of range", bad.display())),
+        "{line}"
+    );
+    assert_eq!(device_json(&socket, &["status"]), before);
+
+    // Verbs that have no meaning for a device are refused.
+    let output = binary()
+        .arg("--device")
+        .arg(&socket)
+        .arg("verify")
+        .output()
+        .expect("cfctl");
+    let line = expect_one_error_line(&output, "--device verify");
+    assert!(line.contains("has no meaning for a device"), "{line}");
+
+    let stats = device_json(&socket, &["stats"]);
+    assert_eq!(stats["deleted"], 1);
+    assert_eq!(stats["added"], 1);
+    let saved = device_json(&socket, &["save"]);
+    let sequence = saved["saved_sequence"].as_u64().expect("a sequence number");
+    assert_eq!(
+        device_json(&socket, &["status"])["saved_sequence"],
+        sequence
+    );
+    assert_eq!(device_json(&socket, &["status"])["entries"], unique.len());
+
+    let log = qemu.stop_and_decode_log(&elf);
+    assert!(log.contains("snapshot 1 committed"), "defmt log:\n{log}");
+}

@@ -1,0 +1,110 @@
+//! Runs the real `cfctl` binary with a private pin directory on bpffs and a
+//! private state directory, so that tests run in parallel; the guard
+//! detaches everything and removes both directories on drop, also when a
+//! test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::netns::ensure_bpffs;
+use super::require_root;
+
+/// The cfctl binary cargo built for these tests.
+pub fn binary() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cfctl"))
+}
+
+/// cfctl with its own pin and state directories.
+pub struct Cfctl {
+    pin_dir: PathBuf,
+    state: tempfile::TempDir,
+}
+
+impl Cfctl {
+    /// Directories named after `name` (unique per test).
+    pub fn new(name: &str) -> Self {
+        require_root();
+        ensure_bpffs();
+        let pin_dir = PathBuf::from(format!(
+            "/sys/fs/bpf/cfctl-test-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&pin_dir);
+        Self {
+            pin_dir,
+            state: tempfile::tempdir().expect("creating a state directory"),
+        }
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// `cfctl --pin-dir .. --state-dir .. ARGS`, not started.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = binary();
+        command
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .args(args);
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running cfctl")
+    }
+
+    /// Runs cfctl, which must succeed; returns its standard output.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "cfctl {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("UTF-8 output")
+    }
+
+    /// Runs cfctl with `--json`, which must succeed; returns the report.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut with_json = vec!["--json"];
+        with_json.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&with_json)).expect("cfctl --json prints JSON")
+    }
+
+    /// Runs cfctl, which must fail with exactly one line on standard error;
+    /// returns that line.
+    pub fn fails(&self, args: &[&str]) -> String {
+        expect_one_error_line(&self.run(args), &args.join(" "))
+    }
+}
+
+/// The one line of standard error of a failed cfctl run.
+pub fn expect_one_error_line(output: &Output, what: &str) -> String {
+    assert!(!output.status.success(), "cfctl {what} should fail");
+    assert!(
+        output.stdout.is_empty(),
+        "cfctl {what} printed a report though it failed"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "cfctl {what}: one line of error expected, got {stderr:?}"
+    );
+    stderr.trim_end().to_owned()
+}
+
+impl Drop for Cfctl {
+    fn drop(&mut self) {
+        let _ = self.run(&["detach", "--all"]);
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
+    }
+}

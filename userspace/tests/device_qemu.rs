@@ -1,0 +1,325 @@
+//! End to end on QEMU: boots the `mps2-an386` firmware image with UART0 on a
+//! unix socket and drives it through [`userspace::device::DeviceClient`]:
+//! the cross-target test vectors, a blocklist pushed as a snapshot, 10,000
+//! checks compared with filter-core on the host, deletes, damaged frames and
+//! a damaged snapshot that must change nothing, a save, and the decoded
+//! defmt log.
+//!
+//! Needs `qemu-system-arm` and `defmt-print` (`./x setup`). Builds the
+//! image itself with cargo in `firmware/boards` (or takes the ELF named by
+//! `CF_QEMU_FIRMWARE`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::qemu::{firmware_elf, repo_root, Qemu};
+
+use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, Response};
+use filter_core::StaticCuckooFilter;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use userspace::device::{DeviceClient, DeviceError};
+
+/// The device's filter shape (firmware/boards/qemu-mps2/src/main.rs).
+type HostFilter = StaticCuckooFilter<u16, 4, 8192>;
+const TIMEOUT: Duration = Duration::from_secs(30);
+const SEED: u64 = 0xc0ff_ee00_5eed;
+
+fn prefix(address: IpAddr, len: u8) -> Prefix {
+    match address {
+        IpAddr::V4(v4) => Prefix::V4 {
+            address: v4.octets(),
+            len,
+        },
+        IpAddr::V6(v6) => Prefix::V6 {
+            address: v6.octets(),
+            len,
+        },
+    }
+}
+
+/// The CIDRs of a blocklist file: `CIDR` or `CIDR ; comment` lines, `#` and
+/// `;` comments.
+fn blocklist(name: &str) -> Vec<Prefix> {
+    let path = repo_root().join("../shared/data/blocklists").join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    text.lines()
+        .map(|line| line.split(['#', ';']).next().unwrap_or("").trim())
+        .filter(|line| !line.is_empty())
+        .map(|cidr| {
+            let (address, len) = cidr.split_once('/').unwrap_or((cidr, ""));
+            let address: IpAddr = address.parse().unwrap();
+            let max = if address.is_ipv4() { 32 } else { 128 };
+            prefix(
+                address,
+                if len.is_empty() {
+                    max
+                } else {
+                    len.parse().unwrap()
+                },
+            )
+        })
+        .collect()
+}
+
+fn key_hash(filter: &HostFilter, prefix: &Prefix) -> filter_core::KeyHash {
+    prefix.net_key().unwrap().hash(filter.seed())
+}
+
+/// Checks `items` on the device and on the host; every answer must agree.
+fn compare_checks(
+    device: &mut DeviceClient<UnixStream>,
+    host: &HostFilter,
+    lengths: &PrefixLengths,
+    items: &[Item<'_>],
+) -> usize {
+    let answers = device.check_batch(items).unwrap();
+    let mut present = 0;
+    for (item, answer) in items.iter().zip(answers) {
+        let expected = protocol::contains(host, lengths, item).unwrap();
+        assert_eq!(answer, expected, "device and host disagree on {item:?}");
+        present += usize::from(answer);
+    }
+    present
+}
+
+/// 10,000 IPv4 addresses: half inside listed prefixes, half anywhere.
+fn sample_addresses(listed: &[Prefix], rng: &mut StdRng) -> Vec<Item<'static>> {
+    (0..10_000)
+        .map(|index| {
+            let address = if index % 2 == 0 {
+                let Prefix::V4 { address, len } = listed[rng.random_range(0..listed.len())] else {
+                    unreachable!("IPv4 list")
+                };
+                let host_bits = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+                u32::from_be_bytes(address) | (rng.random::<u32>() & host_bits)
+            } else {
+                rng.random()
+            };
+            Item::Net(Prefix::V4 {
+                address: address.to_be_bytes(),
+                len: 32,
+            })
+        })
+        .collect()
+}
+
+fn check_vectors(device: &mut DeviceClient<UnixStream>) {
+    let vectors =
+        std::fs::read_to_string(repo_root().join("filter-core/tests/vectors.csv")).unwrap();
+    let hex = |text: &str| u64::from_str_radix(text.trim_start_matches("0x"), 16).unwrap();
+    let mut rows = 0;
+    for line in vectors.lines().skip(1) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let [seed, key, bucket_count, bits, hash, fingerprint, primary, alternate] = fields[..]
+        else {
+            panic!("bad vector line {line}");
+        };
+        let item = if let Some(net) = key.strip_prefix("net:") {
+            let (address, len) = net.rsplit_once('/').unwrap();
+            Item::Net(prefix(address.parse().unwrap(), len.parse().unwrap()))
+        } else {
+            Item::U64(key.strip_prefix("u64:").unwrap().parse().unwrap())
+        };
+        let located = device
+            .locate(
+                item,
+                hex(seed),
+                bucket_count.parse().unwrap(),
+                bits.parse().unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            (
+                located.hash,
+                located.fingerprint.to_string(),
+                located.primary.to_string(),
+                located.alternate.to_string()
+            ),
+            (
+                hex(hash),
+                fingerprint.into(),
+                primary.into(),
+                alternate.into()
+            ),
+            "vector {line}"
+        );
+        rows += 1;
+    }
+    assert!(rows > 100, "only {rows} vectors");
+}
+
+#[test]
+fn firmware_in_qemu_matches_filter_core() {
+    let elf = firmware_elf();
+    let (mut qemu, stream) = Qemu::boot(&elf);
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut device = DeviceClient::new(stream, TIMEOUT);
+
+    let info = device.hello().unwrap();
+    assert_eq!(
+        (
+            info.fingerprint_bits,
+            info.slots_per_bucket,
+            info.bucket_count
+        ),
+        (16, 4, 8192),
+        "the host filter type no longer matches the QEMU board"
+    );
+    assert_eq!((info.entries, info.saved_sequence), (0, None));
+
+    check_vectors(&mut device);
+
+    // Import: build the whole filter on the host, push it as a snapshot.
+    let listed = blocklist("spamhaus_drop.netset");
+    assert!(listed.len() > 500);
+    let mut host = Box::new(HostFilter::new(SEED));
+    let mut lengths = PrefixLengths::new();
+    for cidr in &listed {
+        host.insert_hash(key_hash(&host, cidr)).unwrap();
+        lengths.insert(cidr.family(), cidr.prefix_len());
+    }
+    let mut snapshot = vec![0u8; host.snapshot_len() as usize];
+    host.write_snapshot(&mut snapshot).unwrap();
+    let (entries, sequence) = device.push_snapshot(&snapshot, lengths).unwrap();
+    assert_eq!((entries as usize, sequence), (listed.len(), 1));
+    let info = device.hello().unwrap();
+    assert_eq!((info.seed, info.prefix_lengths), (SEED, lengths));
+
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let addresses = sample_addresses(&listed, &mut rng);
+    let present = compare_checks(&mut device, &host, &lengths, &addresses);
+    assert!(present >= 5_000, "listed addresses must all be present");
+
+    // Delete the first 100 prefixes on both sides.
+    for cidr in &listed[..100] {
+        assert!(
+            device.delete(Item::Net(*cidr)).unwrap(),
+            "{cidr:?} not found"
+        );
+        assert!(host.remove_hash(key_hash(&host, cidr)));
+    }
+    compare_checks(&mut device, &host, &lengths, &addresses);
+
+    // IPv6 entries added one batch at a time.
+    let listed_v6 = blocklist("spamhaus_dropv6.txt");
+    let items: Vec<Item<'_>> = listed_v6.iter().map(|cidr| Item::Net(*cidr)).collect();
+    assert_eq!(device.add_batch(&items).unwrap(), items.len());
+    for cidr in &listed_v6 {
+        host.insert_hash(key_hash(&host, cidr)).unwrap();
+        lengths.insert(cidr.family(), cidr.prefix_len());
+    }
+    // An address inside each listed prefix, and one just outside the list.
+    let v6_checks: Vec<Item<'_>> = listed_v6
+        .iter()
+        .flat_map(|cidr| {
+            let Prefix::V6 { mut address, .. } = *cidr else {
+                unreachable!("IPv6 list")
+            };
+            address[15] ^= 0x42;
+            let mut outside = address;
+            outside[0] ^= 0x80;
+            [address, outside].map(|address| Item::Net(Prefix::V6 { address, len: 128 }))
+        })
+        .collect();
+    compare_checks(&mut device, &host, &lengths, &v6_checks);
+
+    // Damaged frames and a damaged snapshot change nothing.
+    let before = device.hello().unwrap();
+    let frame = {
+        let mut out = vec![0u8; protocol::MAX_FRAME_LEN + 1];
+        protocol::encode(&protocol::Request::Add(Item::U64(999)), &mut out)
+            .unwrap()
+            .to_vec()
+    };
+    let mut corrupted = frame.clone();
+    corrupted[3] ^= 0x04;
+    let truncated = [&frame[..frame.len() / 2], &[0]].concat();
+    let oversized = [vec![0x55; protocol::MAX_FRAME_LEN + 10], vec![0]].concat();
+    let unknown = {
+        let mut out = [0u8; 32];
+        protocol::encode(&(200u8, 5u32), &mut out).unwrap().to_vec()
+    };
+    for (name, bytes) in [
+        ("corrupted", corrupted),
+        ("truncated", truncated),
+        ("oversized", oversized),
+        ("unknown", unknown),
+    ] {
+        let response = device.exchange_raw(&bytes).unwrap();
+        assert!(
+            matches!(response, Response::Error(Error::Frame(_))),
+            "{name} frame got {response:?}"
+        );
+    }
+    let mut damaged = snapshot.clone();
+    damaged[1000] ^= 0x01;
+    assert!(matches!(
+        device.push_snapshot(&damaged, lengths),
+        Err(DeviceError::Refused(Error::Snapshot(_)))
+    ));
+    assert_eq!(device.hello().unwrap(), before);
+    compare_checks(&mut device, &host, &lengths, &[Item::U64(999)]);
+    compare_checks(&mut device, &host, &lengths, &addresses);
+    let stats = device.stats().unwrap();
+    assert_eq!(stats.frame_errors, 4);
+    assert_eq!(stats.deleted, 100);
+
+    assert_eq!(device.save().unwrap(), 2);
+    assert_eq!(device.hello().unwrap().saved_sequence, Some(2));
+
+    // Fill the device to the brim: relocations run (the deepest stack), and
+    // no added item may go missing.
+    device.clear().unwrap();
+    let mut added = Vec::new();
+    'fill: for batch in 0u64.. {
+        let items: Vec<Item<'_>> = (batch * 32..batch * 32 + 32).map(Item::U64).collect();
+        match device.add_batch(&items) {
+            Ok(count) => added.extend_from_slice(&items[..count]),
+            Err(DeviceError::Refused(Error::Full { added: count })) => {
+                added.extend_from_slice(&items[..usize::from(count)]);
+                break 'fill;
+            }
+            Err(error) => panic!("filling: {error}"),
+        }
+    }
+    assert!(
+        added.len() as u32 >= info.capacity * 9 / 10,
+        "full at {} of {} slots",
+        added.len(),
+        info.capacity
+    );
+    assert!(device
+        .check_batch(&added)
+        .unwrap()
+        .into_iter()
+        .all(|present| present));
+
+    let log = qemu.stop_and_decode_log(&elf);
+    let stack_used = log
+        .lines()
+        .filter_map(|line| line.split("stack high-water mark: ").nth(1))
+        .filter_map(|rest| rest.trim_end_matches(" bytes").parse::<usize>().ok())
+        .max()
+        .expect("no stack high-water mark in the log");
+    assert!(
+        stack_used < 7 * 1024,
+        "the firmware used {stack_used} bytes of stack"
+    );
+    for expected in [
+        "no saved image: starting empty",
+        "ready: 0 of 32768 slots used",
+        "snapshot 1 committed",
+        "rejected frame",
+        "saved image 2",
+    ] {
+        assert!(
+            log.contains(expected),
+            "defmt log lacks {expected:?}:\n{log}"
+        );
+    }
+}

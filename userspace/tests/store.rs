@@ -1,0 +1,389 @@
+//! The entry store: transactions, reports, persistence, settings, and
+//! consistency after a writer is killed with SIGKILL mid-transaction.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use userspace::blocklist::{parse_bytes, ParseOptions};
+use userspace::loader::{MatchAddress, Mode, Policy};
+use userspace::store::{FilterSettings, ListKind, NewEntry, Store, StoreError};
+
+fn net(text: &str) -> IpNet {
+    text.parse().unwrap()
+}
+
+fn cli(nets: &[&str]) -> Vec<NewEntry<'static>> {
+    nets.iter()
+        .map(|text| NewEntry {
+            net: net(text),
+            source: "cli",
+            comment: None,
+        })
+        .collect()
+}
+
+fn listed(store: &Store) -> Vec<String> {
+    store
+        .nets(ListKind::Blocklist)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn add_and_delete_report_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .add(
+            ListKind::Blocklist,
+            cli(&[
+                "2001:db8::/32",
+                "198.18.0.0/15",
+                "198.18.0.1/32",
+                "198.18.0.0/15",
+            ]),
+        )
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.added.len(), 3);
+    assert_eq!(report.already_listed, [net("198.18.0.0/15")]);
+    // IPv4 first, in address order, then by length.
+    assert_eq!(
+        listed(&store),
+        ["198.18.0.0/15", "198.18.0.1/32", "2001:db8::/32"]
+    );
+
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .delete(
+            ListKind::Blocklist,
+            [net("198.18.0.1/32"), net("198.19.0.0/16")],
+        )
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.deleted, [net("198.18.0.1/32")]);
+    assert_eq!(report.missing, [net("198.19.0.0/16")]);
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
+}
+
+#[test]
+fn entries_keep_source_comment_and_time_and_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = parse_bytes(
+        b"; DROPv6\n2001:db8::/32 ; SBL1\n2001:db8:1::/48 ; SBL2\n",
+        "dropv6.txt",
+        ParseOptions::default(),
+    )
+    .unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let mut txn = store.begin().unwrap();
+        txn.add(ListKind::Blocklist, NewEntry::from_list(&list))
+            .unwrap();
+        txn.add(ListKind::Blocklist, cli(&["198.18.0.1/32"]))
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let entries = store.entries(ListKind::Blocklist).unwrap();
+    assert_eq!(entries.len(), 3);
+    let sbl2 = store
+        .entry(ListKind::Blocklist, &net("2001:db8:1::/48"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(sbl2.source, "dropv6.txt");
+    assert_eq!(sbl2.comment.as_deref(), Some("SBL2"));
+    let age = sbl2.added.elapsed().unwrap_or_default();
+    assert!(age < Duration::from_secs(600), "{age:?}");
+    assert_eq!(entries[0].source, "cli");
+    assert_eq!(
+        store
+            .entry(ListKind::Blocklist, &net("2001:db8:2::/48"))
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn dropped_transactions_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Blocklist, cli(&["198.18.0.0/24"]))
+        .unwrap();
+    txn.commit().unwrap();
+
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Blocklist, cli(&["198.18.1.0/24"]))
+        .unwrap();
+    txn.delete(ListKind::Blocklist, [net("198.18.0.0/24")])
+        .unwrap();
+    txn.replace(ListKind::Blocklist, cli(&["2001:db8::/64"]))
+        .unwrap();
+    drop(txn);
+    assert_eq!(listed(&store), ["198.18.0.0/24"]);
+}
+
+#[test]
+fn replace_swaps_the_whole_set_and_keeps_time_added_of_kept_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.add(
+        ListKind::Blocklist,
+        cli(&["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]),
+    )
+    .unwrap();
+    txn.commit().unwrap();
+    let before = store
+        .entry(ListKind::Blocklist, &net("198.18.1.0/24"))
+        .unwrap()
+        .unwrap();
+
+    let list = parse_bytes(
+        b"198.18.1.0/24 # kept\n198.18.3.0/24\n198.18.3.0/24\n",
+        "new.list",
+        ParseOptions::default(),
+    )
+    .unwrap();
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(ListKind::Blocklist, NewEntry::from_list(&list))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.added, [net("198.18.3.0/24")]);
+    assert_eq!(report.removed, [net("198.18.0.0/24"), net("198.18.2.0/24")]);
+    assert_eq!(report.kept, 1);
+    assert_eq!(listed(&store), ["198.18.1.0/24", "198.18.3.0/24"]);
+    let kept = store
+        .entry(ListKind::Blocklist, &net("198.18.1.0/24"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.added, before.added);
+    assert_eq!(kept.source, "new.list");
+    assert_eq!(kept.comment.as_deref(), Some("kept"));
+}
+
+#[test]
+fn the_allowlist_is_a_separate_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let management = [NewEntry {
+        net: net("198.18.9.0/24"),
+        source: "ops",
+        comment: Some("management"),
+    }];
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Allowlist, management).unwrap();
+    txn.add(ListKind::Blocklist, cli(&["198.18.0.0/15"]))
+        .unwrap();
+    txn.commit().unwrap();
+
+    // Replacing the blocklist leaves the allowlist and its sources alone.
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(ListKind::Blocklist, cli(&["2001:db8::/32"]))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.removed, [net("198.18.0.0/15")]);
+    let allowed = store.entries(ListKind::Allowlist).unwrap();
+    assert_eq!(allowed.len(), 1);
+    assert_eq!(allowed[0].source, "ops");
+    assert_eq!(allowed[0].comment.as_deref(), Some("management"));
+    assert_eq!(listed(&store), ["2001:db8::/32"]);
+
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .delete(ListKind::Allowlist, [net("198.18.0.0/15")])
+        .unwrap();
+    assert_eq!(report.missing, [net("198.18.0.0/15")]);
+}
+
+#[test]
+fn settings_round_trip_and_default_missing_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.settings().unwrap(), None);
+    let settings = FilterSettings {
+        capacity: 1_000_000,
+        fingerprint_bits: 32,
+        seed: 0x5eed,
+        match_address: MatchAddress::Destination,
+        mode: Mode::Monitor,
+        policy: Policy::Allow,
+        ..FilterSettings::default()
+    };
+    let mut txn = store.begin().unwrap();
+    txn.set_settings(&settings).unwrap();
+    txn.commit().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.settings().unwrap(), Some(settings));
+
+    // Records written before a field existed read it as its default.
+    let old: FilterSettings =
+        serde_json::from_str(r#"{"capacity": 5, "mode": "monitor"}"#).unwrap();
+    assert_eq!(old.capacity, 5);
+    assert_eq!(old.mode, Mode::Monitor);
+    assert_eq!(
+        old.fingerprint_bits,
+        FilterSettings::default().fingerprint_bits
+    );
+}
+
+#[test]
+fn a_second_opener_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = Store::open(dir.path()).unwrap();
+    let error = Store::open(dir.path())
+        .err()
+        .expect("the store is already open");
+    assert!(matches!(error, StoreError::Busy { .. }), "{error:?}");
+    assert!(error
+        .to_string()
+        .ends_with("cfctl.redb is in use by another cfctl process"));
+}
+
+// ---- crash consistency -------------------------------------------------
+
+const CRASH_DIR_VARIABLE: &str = "CFCTL_STORE_CRASH_DIR";
+const CRASH_FIRST_ROUND_VARIABLE: &str = "CFCTL_STORE_CRASH_FIRST_ROUND";
+const GENERATION_SIZE: u32 = 100_000;
+
+/// The entries of generation `generation`: `GENERATION_SIZE` host routes
+/// whose first octet is the generation, so a mix of two is visible.
+fn generation(generation: u8) -> Vec<IpNet> {
+    (0..GENERATION_SIZE)
+        .map(|index| {
+            let address = Ipv4Addr::from(u32::from(generation) << 24 | index);
+            IpNet::from(IpAddr::from(address))
+        })
+        .collect()
+}
+
+fn new_entries(nets: &[IpNet]) -> impl Iterator<Item = NewEntry<'_>> {
+    nets.iter().map(|&net| NewEntry {
+        net,
+        source: "crash-test",
+        comment: Some("generation"),
+    })
+}
+
+/// The generation the store holds, checking that it holds exactly one.
+fn stored_generation(dir: &Path) -> u8 {
+    let store = Store::open(dir).unwrap();
+    let nets = store.nets(ListKind::Blocklist).unwrap();
+    let Some(IpNet::V4(first)) = nets.first() else {
+        panic!("the store lost every entry");
+    };
+    let found = first.addr().octets()[0];
+    let expected: HashSet<IpNet> = generation(found).into_iter().collect();
+    let stored: HashSet<IpNet> = nets.into_iter().collect();
+    assert_eq!(stored.len(), expected.len(), "a mix of generations");
+    assert!(stored == expected, "generation {found} is not whole");
+    found
+}
+
+/// The child's part of the crash test: replaces the store's contents with
+/// one generation after another, printing each step, until it is killed.
+#[test]
+#[ignore = "run by killed_writers_leave_the_last_commit, in a child process"]
+fn crash_test_writer() {
+    let Some(dir) = std::env::var_os(CRASH_DIR_VARIABLE) else {
+        return;
+    };
+    let first_round: u8 = std::env::var(CRASH_FIRST_ROUND_VARIABLE)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = Store::open(Path::new(&dir)).unwrap();
+    let mut stdout = std::io::stdout();
+    // End the test harness's "test crash_test_writer ... " line first.
+    writeln!(stdout).unwrap();
+    for round in first_round.. {
+        let nets = generation(round);
+        let mut txn = store.begin().unwrap();
+        writeln!(stdout, "begin {round}").unwrap();
+        txn.replace(ListKind::Blocklist, new_entries(&nets))
+            .unwrap();
+        writeln!(stdout, "replaced {round}").unwrap();
+        txn.commit().unwrap();
+        writeln!(stdout, "committed {round}").unwrap();
+        stdout.flush().unwrap();
+    }
+}
+
+#[test]
+fn killed_writers_leave_the_last_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let mut txn = store.begin().unwrap();
+        txn.add(ListKind::Blocklist, new_entries(&generation(0)))
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let mut last_committed = 0;
+    // Kill points: while the first replace runs, right after a commit
+    // returned, and at varied times during later transactions.
+    for (attempt, lines_before_kill) in [1usize, 3, 4, 5, 7, 8, 2].into_iter().enumerate() {
+        // Rounds of different children are different generations.
+        let first_round = 1 + attempt as u8 * 32;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_test_writer", "--ignored", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(CRASH_DIR_VARIABLE, dir.path())
+            .env(CRASH_FIRST_ROUND_VARIABLE, first_round.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut committed_seen = None;
+        let mut steps = 0;
+        while steps < lines_before_kill {
+            let line = lines.next().expect("the writer stopped early").unwrap();
+            if let Some(round) = line.strip_prefix("committed ") {
+                committed_seen = Some(round.parse::<u8>().unwrap());
+            }
+            if ["begin ", "replaced ", "committed "]
+                .iter()
+                .any(|step| line.starts_with(step))
+            {
+                steps += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(attempt as u64 * 7 % 20));
+        // Child::kill sends SIGKILL to this child's PID only.
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let found = stored_generation(dir.path());
+        match committed_seen {
+            // The child may have committed rounds after the last line read,
+            // or none at all.
+            None => assert!(
+                found == last_committed || found >= first_round,
+                "attempt {attempt}: found generation {found}, expected {last_committed} \
+                 or a round from {first_round}"
+            ),
+            Some(round) => assert!(
+                found >= round,
+                "attempt {attempt}: generation {round} was committed, found {found}"
+            ),
+        }
+        println!(
+            "attempt {attempt}: killed after {lines_before_kill} steps \
+             (last commit seen: {committed_seen:?}); the store holds generation {found}"
+        );
+        last_committed = found;
+    }
+}
