@@ -657,6 +657,7 @@ impl Control {
             Some(mut maps) => {
                 settings.seed = maps.live_profile().seed;
                 tables::install_plan(&mut maps, &plan, settings.seed)?;
+                maps.set_allowlist(&self.stored_allowlist()?)?;
                 apply_live_settings(&maps, &settings);
                 false
             }
@@ -718,12 +719,20 @@ impl Control {
         let mut blocklist = Blocklist::load(&options)?;
         tables::install_plan(blocklist.maps_mut(), plan, settings.seed)?;
         apply_live_settings(blocklist.maps(), settings);
-        for entry in self.store.nets(ListKind::Allowlist)? {
-            blocklist
-                .maps_mut()
-                .allow(entry.network(), entry.prefix_len())?;
-        }
+        blocklist
+            .maps_mut()
+            .set_allowlist(&self.stored_allowlist()?)?;
         Ok(blocklist)
+    }
+
+    /// The stored allowlist as (address, prefix length) pairs.
+    fn stored_allowlist(&self) -> Result<Vec<(IpAddr, u8)>> {
+        Ok(self
+            .store
+            .nets(ListKind::Allowlist)?
+            .into_iter()
+            .map(|net| (net.network(), net.prefix_len()))
+            .collect())
     }
 
     /// Removes the pinned program and maps: every pin but the links.

@@ -51,6 +51,7 @@
 //! can be written again. One process at a time may change a blocklist's
 //! filter (the control plane serialises its commands).
 
+use std::collections::HashSet;
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
@@ -1075,6 +1076,28 @@ impl BlocklistMaps {
         self.change_allowlist(address, prefix_len, false)
     }
 
+    /// Makes the allowlist exactly `entries` (address, prefix length):
+    /// adds the missing ones first, then removes the others, so an address
+    /// that stays allowlisted is never dropped on the way.
+    pub fn set_allowlist(&mut self, entries: &[(IpAddr, u8)]) -> Result<()> {
+        for &(address, prefix_len) in entries {
+            self.allow(address, prefix_len)?;
+        }
+        let keep: HashSet<(IpAddr, u8)> = entries.iter().copied().collect();
+        remove_other_keys(
+            &mut self.allow_v4,
+            ALLOW_V4_MAP,
+            &keep,
+            |octets: [u8; 4]| IpAddr::from(octets),
+        )?;
+        remove_other_keys(
+            &mut self.allow_v6,
+            ALLOW_V6_MAP,
+            &keep,
+            |octets: [u8; 16]| IpAddr::from(octets),
+        )
+    }
+
     fn change_allowlist(&mut self, address: IpAddr, prefix_len: u8, add: bool) -> Result<()> {
         let (family, name) = match address {
             IpAddr::V4(_) => (AddressFamily::Ipv4, ALLOW_V4_MAP),
@@ -1101,6 +1124,33 @@ impl BlocklistMaps {
             ),
         }
     }
+}
+
+/// Removes from the allowlist trie `map` every key whose (address, prefix
+/// length) is not in `keep`.
+fn remove_other_keys<K: aya::Pod>(
+    map: &mut Map,
+    name: &'static str,
+    keep: &HashSet<(IpAddr, u8)>,
+    address_of: fn(K) -> IpAddr,
+) -> Result<()> {
+    let mut trie = LpmTrie::<&mut MapData, K, u8>::try_from(map)
+        .map_err(|source| LoaderError::Map { name, source })?;
+    let others = trie
+        .keys()
+        .collect::<Result<Vec<Key<K>>, MapError>>()
+        .map_err(|source| LoaderError::Map { name, source })?
+        .into_iter()
+        .filter(|key| {
+            let prefix_len = u8::try_from(key.prefix_len()).unwrap_or(u8::MAX);
+            !keep.contains(&(address_of(key.data()), prefix_len))
+        })
+        .collect::<Vec<_>>();
+    for key in others {
+        trie.remove(&key)
+            .map_err(|source| LoaderError::Map { name, source })?;
+    }
+    Ok(())
 }
 
 /// Inserts (`add`) or removes `key` in the allowlist trie `map`.

@@ -30,6 +30,7 @@ use userspace::blocklist::{parse_file, ParseOptions};
 use userspace::control::{Change, Control, NoProgress};
 use userspace::store::{ListKind, NewEntry};
 use userspace::test_run::{run_xdp, XdpAction};
+use userspace::BlocklistMaps;
 
 fn shared_list(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -372,6 +373,38 @@ fn killed_imports_leave_a_consistent_store_and_reattach_repairs_the_filter() {
         cfctl.ok(&["attach", host]);
         cfctl.ok(&["verify"]);
     }
+}
+
+#[test]
+fn reattach_makes_the_live_allowlist_match_the_store() {
+    let (network, cfctl) = attached(115, "allowsync", "1000");
+    cfctl.ok(&["add", "198.18.0.0/16", "2001:db8::/32"]);
+    cfctl.ok(&["allow", "add", "198.18.0.10", "2001:db8::10"]);
+    let program = Xdp::from_pin(cfctl.pin_dir().join("program"), XdpAttachType::Interface)
+        .expect("opening the pinned program");
+    let fd = program.fd().expect("the program's fd");
+    let verdict = |address: &str| {
+        let frame = udp_frame(address.parse().expect("an address"), Tags::None);
+        run_xdp(fd.as_fd(), &frame, 1)
+            .expect("BPF_PROG_TEST_RUN")
+            .action
+    };
+
+    // Make the kernel's allowlist disagree with the store, as a crash
+    // between an allowlist map write and its commit would.
+    let mut maps = BlocklistMaps::open_pinned(cfctl.pin_dir()).expect("opening the pinned maps");
+    maps.disallow(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)), 32)
+        .expect("removing a stored allowlist entry from the map");
+    maps.allow(IpAddr::V4(Ipv4Addr::new(198, 18, 9, 0)), 24)
+        .expect("adding an entry the store does not have");
+    drop(maps);
+    assert_eq!(verdict("198.18.0.10"), XdpAction::Drop);
+    assert_eq!(verdict("198.18.9.1"), XdpAction::Pass);
+
+    cfctl.ok(&["attach", &network.host_link]);
+    assert_eq!(verdict("198.18.0.10"), XdpAction::Pass);
+    assert_eq!(verdict("2001:db8::10"), XdpAction::Pass);
+    assert_eq!(verdict("198.18.9.1"), XdpAction::Drop);
 }
 
 /// The state a bad command must not change: the list and the live keys.
