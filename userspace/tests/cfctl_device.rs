@@ -7,18 +7,17 @@
 mod common;
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use common::cfctl::{binary, expect_one_error_line};
 use common::qemu::{firmware_elf, repo_root, Qemu};
 use ipnet::IpNet;
 use userspace::blocklist::{parse_file, ParseOptions};
 
-/// Runs `cfctl --device SOCKET --json ARGS`, which must succeed.
-fn device_json(socket: &Path, args: &[&str]) -> serde_json::Value {
+/// Runs `cfctl --device DEVICE --json ARGS`, which must succeed.
+fn device_json(device: &str, args: &[&str]) -> serde_json::Value {
     let output = binary()
         .arg("--device")
-        .arg(socket)
+        .arg(device)
         .arg("--json")
         .args(args)
         .output()
@@ -39,17 +38,17 @@ fn cfctl_drives_the_qemu_firmware() {
     // QEMU waits for a first client before the guest starts; cfctl then
     // connects anew for every command.
     drop(first_client);
-    let socket = qemu.socket();
+    let device = qemu.device().to_owned();
 
     let list_path = repo_root().join("../shared/data/blocklists/spamhaus_drop.netset");
     let list = parse_file(&list_path, ParseOptions::default()).expect("the shared list parses");
     let unique: HashSet<IpNet> = list.entries.iter().map(|entry| entry.net).collect();
     let path = list_path.to_str().expect("a UTF-8 path");
-    let import = device_json(&socket, &["import", path]);
+    let import = device_json(&device, &["import", path]);
     assert_eq!(import["entries"], unique.len());
     assert_eq!(import["device_entries"], unique.len());
 
-    let status = device_json(&socket, &["status"]);
+    let status = device_json(&device, &["status"]);
     assert_eq!(status["entries"], unique.len());
     assert_eq!(status["saved_sequence"], import["sequence"]);
 
@@ -59,24 +58,24 @@ fn cfctl_drives_the_qemu_firmware() {
     let first = list.entries[0].net;
     let inside = first.hosts().nth(1).unwrap_or(first.network());
     assert_eq!(
-        device_json(&socket, &["check", &inside.to_string()])["listed"],
+        device_json(&device, &["check", &inside.to_string()])["listed"],
         true
     );
     assert_eq!(
-        device_json(&socket, &["check", "198.18.0.1"])["listed"],
+        device_json(&device, &["check", "198.18.0.1"])["listed"],
         false
     );
 
     // Delete the first entry; add a benchmarking prefix.
-    let deleted = device_json(&socket, &["del", &first.to_string()]);
+    let deleted = device_json(&device, &["del", &first.to_string()]);
     assert_eq!(deleted["deleted"][0], first.to_string());
     assert_eq!(
-        device_json(&socket, &["check", &inside.to_string()])["listed"],
+        device_json(&device, &["check", &inside.to_string()])["listed"],
         false
     );
-    assert_eq!(device_json(&socket, &["add", "198.18.0.0/24"])["added"], 1);
+    assert_eq!(device_json(&device, &["add", "198.18.0.0/24"])["added"], 1);
     assert_eq!(
-        device_json(&socket, &["check", "198.18.0.77"])["listed"],
+        device_json(&device, &["check", "198.18.0.77"])["listed"],
         true
     );
 
@@ -84,10 +83,10 @@ fn cfctl_drives_the_qemu_firmware() {
     let dir = tempfile::tempdir().expect("a directory");
     let bad = dir.path().join("bad.txt");
     std::fs::write(&bad, "198.18.1.0/24\n198.18.1.0/33\n").expect("writing");
-    let before = device_json(&socket, &["status"]);
+    let before = device_json(&device, &["status"]);
     let output = binary()
         .arg("--device")
-        .arg(&socket)
+        .arg(&device)
         .arg("import")
         .arg(&bad)
         .output()
@@ -97,29 +96,46 @@ fn cfctl_drives_the_qemu_firmware() {
         line.contains(&format!("{}:2: prefix length out of range", bad.display())),
         "{line}"
     );
-    assert_eq!(device_json(&socket, &["status"]), before);
+    assert_eq!(device_json(&device, &["status"]), before);
 
     // Verbs that have no meaning for a device are refused.
     let output = binary()
         .arg("--device")
-        .arg(&socket)
+        .arg(&device)
         .arg("verify")
         .output()
         .expect("cfctl");
     let line = expect_one_error_line(&output, "--device verify");
     assert!(line.contains("has no meaning for a device"), "{line}");
 
-    let stats = device_json(&socket, &["stats"]);
+    let stats = device_json(&device, &["stats"]);
     assert_eq!(stats["deleted"], 1);
     assert_eq!(stats["added"], 1);
-    let saved = device_json(&socket, &["save"]);
+    let saved = device_json(&device, &["save"]);
     let sequence = saved["saved_sequence"].as_u64().expect("a sequence number");
     assert_eq!(
-        device_json(&socket, &["status"])["saved_sequence"],
+        device_json(&device, &["status"])["saved_sequence"],
         sequence
     );
-    assert_eq!(device_json(&socket, &["status"])["entries"], unique.len());
+    assert_eq!(device_json(&device, &["status"])["entries"], unique.len());
 
     let log = qemu.stop_and_decode_log(&elf);
     assert!(log.contains("snapshot 1 committed"), "defmt log:\n{log}");
+}
+
+#[test]
+fn cfctl_reaches_a_device_served_over_tcp() {
+    let elf = firmware_elf();
+    let (mut qemu, first_client) = Qemu::boot_tcp(&elf);
+    drop(first_client);
+    let device = qemu.device().to_owned();
+    assert!(device.starts_with("tcp:127.0.0.1:"), "{device}");
+    assert_eq!(device_json(&device, &["add", "198.18.4.0/24"])["added"], 1);
+    assert_eq!(
+        device_json(&device, &["check", "198.18.4.9"])["listed"],
+        true
+    );
+    assert_eq!(device_json(&device, &["status"])["entries"], 1);
+    let log = qemu.stop_and_decode_log(&elf);
+    assert!(!log.is_empty(), "the firmware logged nothing");
 }

@@ -1,13 +1,27 @@
 //! The QEMU firmware image: built (or named by `CF_QEMU_FIRMWARE`), booted
-//! on `mps2-an386` with UART0 on a unix socket, killed and cleaned up on
+//! on `mps2-an386` with UART0 on a unix socket or a loopback TCP port,
+//! killed and cleaned up on
 //! drop, its defmt log decoded. Needs `qemu-system-arm` and `defmt-print`.
 
 use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// A fresh scratch directory for one QEMU process.
+fn scratch_dir() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cf-qemu-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -34,24 +48,48 @@ pub fn firmware_elf() -> PathBuf {
 pub struct Qemu {
     child: Child,
     dir: PathBuf,
+    device: String,
 }
 
 impl Qemu {
+    /// Boots `elf` with UART0 on a unix socket in the scratch directory.
     pub fn boot(elf: &Path) -> (Self, UnixStream) {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "cf-qemu-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir();
         let socket = dir.join("uart0.sock");
+        let mut qemu = Self::spawn(
+            elf,
+            dir,
+            format!("unix:{},server=on,wait=on", socket.display()),
+            socket.display().to_string(),
+        );
+        let stream = qemu.first_client(|| UnixStream::connect(&socket));
+        (qemu, stream)
+    }
+
+    /// Boots `elf` with UART0 on a TCP port of 127.0.0.1, as a ser2net-style
+    /// serial server would offer it.
+    pub fn boot_tcp(elf: &Path) -> (Self, TcpStream) {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let mut qemu = Self::spawn(
+            elf,
+            scratch_dir(),
+            format!("tcp:{address},server=on,wait=on"),
+            format!("tcp:{address}"),
+        );
+        let stream = qemu.first_client(|| TcpStream::connect(address));
+        (qemu, stream)
+    }
+
+    fn spawn(elf: &Path, dir: PathBuf, serial: String, device: String) -> Self {
         let child = Command::new("qemu-system-arm")
             .args(["-machine", "mps2-an386", "-cpu", "cortex-m4", "-nographic"])
             .args(["-monitor", "none"])
             .args(["-semihosting-config", "enable=on,target=native"])
-            .arg("-serial")
-            .arg(format!("unix:{},server=on,wait=on", socket.display()))
+            .args(["-serial", &serial])
             .arg("-kernel")
             .arg(elf)
             .stdin(Stdio::null())
@@ -59,25 +97,29 @@ impl Qemu {
             .stderr(File::create(dir.join("qemu.stderr")).unwrap())
             .spawn()
             .expect("qemu-system-arm not found: run ./x setup");
-        let mut qemu = Qemu { child, dir };
-        // QEMU creates the socket, then waits for us before it starts the
-        // guest. Bounded wait: 20 s.
+        Qemu { child, dir, device }
+    }
+
+    /// QEMU opens UART0's socket, then waits for a first client before it
+    /// starts the guest. Bounded wait: 20 s.
+    fn first_client<S>(&mut self, connect: impl Fn() -> std::io::Result<S>) -> S {
         for _ in 0..400 {
-            if let Some(status) = qemu.child.try_wait().unwrap() {
-                panic!("QEMU exited early ({status}): {}", qemu.stderr());
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("QEMU exited early ({status}): {}", self.stderr());
             }
-            if let Ok(stream) = UnixStream::connect(&socket) {
-                return (qemu, stream);
+            if let Ok(stream) = connect() {
+                return stream;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("QEMU did not open {}", socket.display());
+        panic!("QEMU did not open UART0 at {}", self.device);
     }
 
-    /// The unix socket of UART0 (QEMU accepts a new client on it after
-    /// the previous one disconnects).
-    pub fn socket(&self) -> PathBuf {
-        self.dir.join("uart0.sock")
+    /// UART0 as `cfctl --device` names it: the unix socket's path or
+    /// `tcp:HOST:PORT` (QEMU accepts a new client after the previous one
+    /// disconnects).
+    pub fn device(&self) -> &str {
+        &self.device
     }
 
     fn stderr(&self) -> String {
