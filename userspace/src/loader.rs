@@ -483,22 +483,24 @@ impl Blocklist {
     /// Runs the blocklist program on `frame` with BPF_PROG_TEST_RUN,
     /// `repeat` times; counters count every repetition.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        let program = self.shape.program();
+        self.test_run_program(self.shape.program(), frame, repeat)
+    }
+
+    /// Runs the loaded program `name` on `frame` with BPF_PROG_TEST_RUN.
+    fn test_run_program(&self, name: &'static str, frame: &[u8], repeat: u32) -> Result<TestRun> {
         let xdp: &Xdp = self
             .ebpf
-            .program(program)
-            .ok_or(LoaderError::MissingProgram(program))?
+            .program(name)
+            .ok_or(LoaderError::MissingProgram(name))?
             .try_into()
-            .map_err(|source| LoaderError::Program {
-                name: program,
-                source,
-            })?;
-        let fd = xdp.fd().map_err(|source| LoaderError::Program {
-            name: program,
+            .map_err(|source| LoaderError::Program { name, source })?;
+        let fd = xdp
+            .fd()
+            .map_err(|source| LoaderError::Program { name, source })?;
+        run_xdp(fd.as_fd(), frame, repeat).map_err(|source| LoaderError::TestRun {
+            program: name,
             source,
-        })?;
-        run_xdp(fd.as_fd(), frame, repeat)
-            .map_err(|source| LoaderError::TestRun { program, source })
+        })
     }
 
     /// Diagnostic: what the program's own code computes for `frame`'s
@@ -529,23 +531,7 @@ impl Blocklist {
             .atomic_u32(offset_of!(LocateReport, valid))
             .ok_or(LoaderError::MissingMap(LOCATE_MAP))?;
         valid.store(0, Ordering::SeqCst);
-        let xdp: &Xdp = self
-            .ebpf
-            .program(LOCATE_PROGRAM)
-            .ok_or(LoaderError::MissingProgram(LOCATE_PROGRAM))?
-            .try_into()
-            .map_err(|source| LoaderError::Program {
-                name: LOCATE_PROGRAM,
-                source,
-            })?;
-        let fd = xdp.fd().map_err(|source| LoaderError::Program {
-            name: LOCATE_PROGRAM,
-            source,
-        })?;
-        run_xdp(fd.as_fd(), frame, 1).map_err(|source| LoaderError::TestRun {
-            program: LOCATE_PROGRAM,
-            source,
-        })?;
+        self.test_run_program(LOCATE_PROGRAM, frame, 1)?;
         let value = report.read();
         Ok((value.valid == 1).then_some(value))
     }
