@@ -2,7 +2,7 @@
 //! `--json`; and the progress bar of long imports.
 
 use std::io::{IsTerminal, Write};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use filter_core::protocol::{Info, Stats};
 use filter_core::AddressFamily;
@@ -125,25 +125,13 @@ pub fn change(report: &ChangeReport) {
     }
 }
 
+/// `seconds` since the Unix epoch as a UTC date and time,
+/// `YYYY-MM-DD HH:MM:SSZ`.
 fn time(seconds: u64) -> String {
-    // UTC, without a date crate: days since the epoch to a civil date.
-    let days = (seconds / 86_400) as i64;
-    let (hour, minute, second) = (seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}Z")
+    let instant = UNIX_EPOCH + Duration::from_secs(seconds);
+    humantime::format_rfc3339_seconds(instant)
+        .to_string()
+        .replacen('T', " ", 1)
 }
 
 fn entry_line(entry: &EntryRecord) -> String {
