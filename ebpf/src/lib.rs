@@ -27,9 +27,9 @@
 //! `[[F; S]; B]` table; see `userspace::loader` for why the filter lives in
 //! such maps.
 //!
-//! Profile `p` owns filter table `p` and prefilter `p` (the bitmaps of the
-//! coarse blocks its keys overlap, see [`prefilter`]), so flipping
-//! [`Config::active_profile`] swaps table, lengths and bitmaps together.
+//! Profile `p` owns filter table `p` and prefilter `p` (per coarse block,
+//! the profile's lengths that have keys in it, see [`prefilter`]), so flipping
+//! [`Config::active_profile`] swaps table, lengths and prefilter together.
 #![no_std]
 
 #[cfg(target_arch = "bpf")]
@@ -189,6 +189,18 @@ pub struct FilterProfile {
     pub reserved: u32,
 }
 
+impl FilterProfile {
+    /// The active lengths of `family` in probe order (the stored count
+    /// capped at [`MAX_PREFIX_LENGTHS`]).
+    pub fn lengths(&self, family: filter_core::AddressFamily) -> &[u8] {
+        let (lengths, count) = match family {
+            filter_core::AddressFamily::Ipv4 => (&self.ipv4_lengths, self.ipv4_length_count),
+            filter_core::AddressFamily::Ipv6 => (&self.ipv6_lengths, self.ipv6_length_count),
+        };
+        lengths.get(..count as usize).unwrap_or(lengths)
+    }
+}
+
 /// The single value of the config map. Userspace maps it and changes one
 /// aligned field at a time with atomic stores; the program reads each field
 /// once per packet.
@@ -203,6 +215,12 @@ pub struct Config {
     pub malformed_action: u32,
     /// Index of the live profile and filter slot: 0 or 1.
     pub active_profile: u32,
+    /// Entries of the IPv4 allowlist, or more while it changes: never zero
+    /// while the trie holds an entry. The program skips the trie lookup
+    /// when it is zero.
+    pub allowlist_ipv4_entries: u32,
+    /// The same for the IPv6 allowlist.
+    pub allowlist_ipv6_entries: u32,
     /// The two profiles.
     pub profiles: [FilterProfile; PROFILE_COUNT],
 }
@@ -324,9 +342,9 @@ pub struct BaselineLengths {
 
 const _: () = {
     assert!(core::mem::size_of::<FilterProfile>() == 40);
-    assert!(core::mem::size_of::<Config>() == 16 + 2 * 40);
+    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40);
     assert!(core::mem::size_of::<Counter>() == 16);
     assert!(core::mem::size_of::<LocateReport>() == 8 + 40);
     assert!(core::mem::size_of::<BaselineLengths>() == 12);
-    assert!(core::mem::size_of::<prefilter::Prefilter>() == 2 * prefilter::PREFILTER_BITS / 8);
+    assert!(core::mem::size_of::<prefilter::Prefilter>() == 2 * prefilter::PREFILTER_BLOCKS);
 };

@@ -1,30 +1,41 @@
-//! The block prefilter: per family, a bitmap of the coarse address blocks
-//! that any filter key overlaps, checked before the first filter probe, so
-//! that a packet from an unmarked block is a miss after one array read.
+//! The block prefilter: per family, one byte per coarse address block whose
+//! bit `i` says that the block may hold a filter key of the profile's `i`-th
+//! active prefix length. The XDP program reads the byte of a packet's block
+//! before it probes: a zero byte is a miss after one array read, and
+//! otherwise only the lengths whose bits are set are probed (longest first,
+//! as always), so a packet costs one probe per length that has keys near
+//! it, not one per active length.
 //!
-//! * IPv4: one bit per /16 block ([`IPV4_BLOCK_LEN`]), the block number
-//!   itself, 65,536 bits.
-//! * IPv6: /32 blocks ([`IPV6_BLOCK_LEN`]) hashed to 65,536 bits (a
+//! * IPv4: one byte per /16 block ([`IPV4_BLOCK_LEN`]), the block number
+//!   itself, 65,536 bytes.
+//! * IPv6: /32 blocks ([`IPV6_BLOCK_LEN`]) hashed to 65,536 bytes (a
 //!   multiplicative hash of the address's first 32 bits). Two blocks may
-//!   share a bit: a false mark only costs the normal probes.
+//!   share a byte: a false mark only costs a probe.
 //!
-//! A key of length `L` marks every block it overlaps: one when `L` is at
-//! least the block length, else the `2^(block length - L)` blocks it spans
-//! (every bit once that count reaches the bitmap's size). A set bit never
-//! hides a key; an unset bit must mean that no key of its blocks is in the
-//! filter, so userspace sets a key's bits before inserting it and clears a
-//! bit only after removing the last key that marks it.
+//! A key of length `L` marks bit `position of L` of every block it
+//! overlaps: one block when `L` is at least the block length, else the
+//! `2^(block length - L)` blocks it spans (every byte once that count
+//! reaches the map's size). A set bit never hides a key; an unset bit must
+//! mean that no key of that length in its blocks is in the filter, so
+//! userspace sets a key's bit before inserting it and clears a bit only
+//! after removing the last key that marks it. The bits' meaning depends on
+//! the profile's length list, which is why each profile has its own
+//! prefilter.
 //!
 //! The functions here are the only definition of "which bit": the XDP
-//! program tests bits with [`Prefilter::marks_ipv4`] and
-//! [`Prefilter::marks_ipv6`], userspace marks keys with [`key_bits`].
+//! program reads masks with [`Prefilter::ipv4_mask`] and
+//! [`Prefilter::ipv6_mask`], userspace marks keys with [`key_bits`].
 
+use crate::MAX_PREFIX_LENGTHS;
 use filter_core::{AddressFamily, NetKey};
 
-/// Bits of each family's bitmap.
-pub const PREFILTER_BITS: usize = 1 << 16;
-/// 64-bit words of each family's bitmap.
-pub const PREFILTER_WORDS: usize = PREFILTER_BITS / 64;
+const _: () = assert!(
+    MAX_PREFIX_LENGTHS <= u8::BITS as usize,
+    "one bit per length"
+);
+
+/// Blocks (bytes) of each family's map.
+pub const PREFILTER_BLOCKS: usize = 1 << 16;
 /// Prefix length of an IPv4 block.
 pub const IPV4_BLOCK_LEN: u8 = 16;
 /// Prefix length of an IPv6 block.
@@ -38,128 +49,154 @@ const IPV6_BLOCK_MULTIPLIER: u32 = 0x9e37_79b1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prefilter {
-    /// Bit `b` set: IPv4 block `b` (addresses `b << 16 ..`) may hold keys.
-    pub ipv4: [u64; PREFILTER_WORDS],
-    /// Bit `b` set: some IPv6 /32 block hashing to `b` may hold keys.
-    pub ipv6: [u64; PREFILTER_WORDS],
+    /// Byte `b`, bit `i`: IPv4 block `b` (addresses `b << 16 ..`) may hold
+    /// keys of the `i`-th active IPv4 length.
+    pub ipv4: [u8; PREFILTER_BLOCKS],
+    /// Byte `b`, bit `i`: some IPv6 /32 block hashing to `b` may hold keys
+    /// of the `i`-th active IPv6 length.
+    pub ipv6: [u8; PREFILTER_BLOCKS],
 }
 
-/// A bit of one family's bitmap.
+/// One bit of a prefilter: a block and a position in the length list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PrefilterBit {
-    /// The bitmap.
+    /// The family's map.
     pub family: AddressFamily,
-    /// The bit, below [`PREFILTER_BITS`].
-    pub index: u32,
+    /// The block (byte), below [`PREFILTER_BLOCKS`].
+    pub block: u32,
+    /// The position of the key's length in the profile's active lengths of
+    /// the family, below [`MAX_PREFIX_LENGTHS`].
+    pub length_index: u8,
 }
 
-/// The word holding `bit` and the bit's mask in it; the word index is
-/// masked into range for the verifier.
-#[inline(always)]
-pub const fn word_and_mask(bit: u32) -> (usize, u64) {
-    ((bit as usize >> 6) & (PREFILTER_WORDS - 1), 1 << (bit & 63))
+impl PrefilterBit {
+    /// The bit's mask in its block's byte.
+    pub const fn mask(self) -> u8 {
+        1 << (self.length_index as usize % MAX_PREFIX_LENGTHS)
+    }
 }
 
-/// The bit of the IPv4 block holding `address` (`u32::from_be_bytes`).
+/// The IPv4 block holding `address` (`u32::from_be_bytes`).
 #[inline(always)]
-pub const fn ipv4_bit(address: u32) -> u32 {
+pub const fn ipv4_block(address: u32) -> u32 {
     address >> (32 - IPV4_BLOCK_LEN)
 }
 
-/// The bit of the IPv6 /32 block whose first 32 address bits are
+/// The byte of the IPv6 /32 block whose first 32 address bits are
 /// `block`.
 #[inline(always)]
-pub const fn ipv6_bit(block: u32) -> u32 {
-    block.wrapping_mul(IPV6_BLOCK_MULTIPLIER) >> (32 - PREFILTER_BITS.trailing_zeros())
+pub const fn ipv6_block(block: u32) -> u32 {
+    block.wrapping_mul(IPV6_BLOCK_MULTIPLIER) >> (32 - PREFILTER_BLOCKS.trailing_zeros())
 }
 
 impl Prefilter {
     /// No block marked.
     pub const EMPTY: Self = Self {
-        ipv4: [0; PREFILTER_WORDS],
-        ipv6: [0; PREFILTER_WORDS],
+        ipv4: [0; PREFILTER_BLOCKS],
+        ipv6: [0; PREFILTER_BLOCKS],
     };
 
-    /// The bitmap of `family`.
-    pub fn words(&self, family: AddressFamily) -> &[u64; PREFILTER_WORDS] {
+    /// Every bit of every block set: every packet probes every length.
+    pub const FULL: Self = Self {
+        ipv4: [u8::MAX; PREFILTER_BLOCKS],
+        ipv6: [u8::MAX; PREFILTER_BLOCKS],
+    };
+
+    /// The block bytes of `family`.
+    pub fn masks(&self, family: AddressFamily) -> &[u8; PREFILTER_BLOCKS] {
         match family {
             AddressFamily::Ipv4 => &self.ipv4,
             AddressFamily::Ipv6 => &self.ipv6,
         }
     }
 
-    /// The bitmap of `family`, to change it.
-    pub fn words_mut(&mut self, family: AddressFamily) -> &mut [u64; PREFILTER_WORDS] {
+    /// The block bytes of `family`, to change them.
+    pub fn masks_mut(&mut self, family: AddressFamily) -> &mut [u8; PREFILTER_BLOCKS] {
         match family {
             AddressFamily::Ipv4 => &mut self.ipv4,
             AddressFamily::Ipv6 => &mut self.ipv6,
         }
     }
 
-    /// Whether the IPv4 block of `address` is marked. Reads the word once
+    /// The length bits of the IPv4 block of `address`. Reads the byte once
     /// (userspace may change it at any time).
     #[inline(always)]
-    pub fn marks_ipv4(&self, address: u32) -> bool {
-        test(&self.ipv4, ipv4_bit(address))
+    pub fn ipv4_mask(&self, address: u32) -> u8 {
+        read_block(&self.ipv4, ipv4_block(address))
     }
 
-    /// Whether the IPv6 block of an address whose first 64 bits are `high`
-    /// is marked. Reads the word once.
+    /// The length bits of the IPv6 block of an address whose first 64 bits
+    /// are `high`. Reads the byte once.
     #[inline(always)]
-    pub fn marks_ipv6(&self, high: u64) -> bool {
-        test(&self.ipv6, ipv6_bit((high >> 32) as u32))
+    pub fn ipv6_mask(&self, high: u64) -> u8 {
+        read_block(&self.ipv6, ipv6_block((high >> 32) as u32))
     }
 
     /// Whether `bit` is set.
     pub fn contains(&self, bit: PrefilterBit) -> bool {
-        test(self.words(bit.family), bit.index)
+        read_block(self.masks(bit.family), bit.block) & bit.mask() != 0
     }
 
     /// Sets `bit`.
     pub fn set(&mut self, bit: PrefilterBit) {
-        let (word, mask) = word_and_mask(bit.index);
-        self.words_mut(bit.family)[word] |= mask;
+        let index = block_index(bit.block);
+        self.masks_mut(bit.family)[index] |= bit.mask();
     }
 
-    /// Marks every block `key` overlaps.
-    pub fn mark(&mut self, key: &NetKey) {
-        for bit in key_bits(key) {
+    /// Marks every block `key` overlaps at its length's position in
+    /// `lengths`, the active lengths of the key's family in probe order.
+    pub fn mark(&mut self, key: &NetKey, lengths: &[u8]) {
+        for bit in key_bits(key, lengths) {
             self.set(bit);
         }
     }
 }
 
+/// `block` masked into range for the verifier.
 #[inline(always)]
-fn test(words: &[u64; PREFILTER_WORDS], bit: u32) -> bool {
-    let (word, mask) = word_and_mask(bit);
-    // SAFETY: a valid, aligned reference into the bitmap.
-    unsafe { core::ptr::read_volatile(&words[word]) & mask != 0 }
+const fn block_index(block: u32) -> usize {
+    block as usize & (PREFILTER_BLOCKS - 1)
 }
 
-/// The bits a key marks (see the module documentation). IPv4 bits come
-/// once each; IPv6 bits of a key shorter than a block may repeat (two of
-/// its blocks hashing to one bit).
-pub fn key_bits(key: &NetKey) -> KeyBits {
+#[inline(always)]
+fn read_block(masks: &[u8; PREFILTER_BLOCKS], block: u32) -> u8 {
+    // SAFETY: a valid reference into the map.
+    unsafe { core::ptr::read_volatile(&masks[block_index(block)]) }
+}
+
+/// The bits a key marks (see the module documentation), given the active
+/// lengths of its family in probe order. None if its length is not
+/// active (the program never probes it). IPv4 blocks come once each; IPv6
+/// blocks of a key shorter than a block may repeat (two of its blocks
+/// hashing to one byte).
+pub fn key_bits(key: &NetKey, lengths: &[u8]) -> KeyBits {
     let family = key.family();
     let [_, high, _] = *key.words();
     let (first_32_bits, block_len) = match family {
         AddressFamily::Ipv4 => (high as u32, IPV4_BLOCK_LEN),
         AddressFamily::Ipv6 => ((high >> 32) as u32, IPV6_BLOCK_LEN),
     };
+    let length_index = lengths
+        .iter()
+        .position(|&length| length == key.prefix_len())
+        .and_then(|position| u8::try_from(position).ok())
+        .filter(|&position| usize::from(position) < MAX_PREFIX_LENGTHS);
     let spanned_len = u32::from(block_len.saturating_sub(key.prefix_len()));
     let first_block = first_32_bits >> (32 - u32::from(block_len));
     let next = match family {
-        // IPv4 blocks are bits: a run of consecutive bits.
-        AddressFamily::Ipv4 => Next::Bit(first_block),
-        AddressFamily::Ipv6 if (1u64 << spanned_len) >= PREFILTER_BITS as u64 => Next::Bit(0),
+        // IPv4 blocks are bytes: a run of consecutive blocks.
+        AddressFamily::Ipv4 => Next::Block(first_block),
+        AddressFamily::Ipv6 if (1u64 << spanned_len) >= PREFILTER_BLOCKS as u64 => Next::Block(0),
         AddressFamily::Ipv6 => Next::HashedBlock(first_block),
     };
-    let remaining = match next {
-        Next::HashedBlock(_) => 1u32 << spanned_len,
-        Next::Bit(_) => (1u64 << spanned_len).min(PREFILTER_BITS as u64) as u32,
+    let remaining = match (length_index, next) {
+        (None, _) => 0,
+        (Some(_), Next::HashedBlock(_)) => 1u32 << spanned_len,
+        (Some(_), Next::Block(_)) => (1u64 << spanned_len).min(PREFILTER_BLOCKS as u64) as u32,
     };
     KeyBits {
         family,
+        length_index: length_index.unwrap_or(0),
         next,
         remaining,
     }
@@ -167,9 +204,9 @@ pub fn key_bits(key: &NetKey) -> KeyBits {
 
 #[derive(Clone, Copy, Debug)]
 enum Next {
-    /// The next bit is this one (runs of bits: IPv4 blocks, or every bit).
-    Bit(u32),
-    /// The next bit is this IPv6 block's.
+    /// The next block is this one (runs of blocks: IPv4, or every byte).
+    Block(u32),
+    /// The next block is this IPv6 block's byte.
     HashedBlock(u32),
 }
 
@@ -177,6 +214,7 @@ enum Next {
 #[derive(Clone, Debug)]
 pub struct KeyBits {
     family: AddressFamily,
+    length_index: u8,
     next: Next,
     remaining: u32,
 }
@@ -197,21 +235,22 @@ impl Iterator for KeyBits {
             return None;
         }
         self.remaining -= 1;
-        let index = match &mut self.next {
-            Next::Bit(bit) => {
-                let index = *bit;
-                *bit = bit.wrapping_add(1);
-                index
+        let block = match &mut self.next {
+            Next::Block(block) => {
+                let current = *block;
+                *block = block.wrapping_add(1);
+                current
             }
             Next::HashedBlock(block) => {
-                let index = ipv6_bit(*block);
+                let current = ipv6_block(*block);
                 *block = block.wrapping_add(1);
-                index
+                current
             }
         };
         Some(PrefilterBit {
             family: self.family,
-            index,
+            block,
+            length_index: self.length_index,
         })
     }
 

@@ -23,7 +23,7 @@ use aya::maps::lpm_trie::Key;
 use aya::maps::{HashMap, LpmTrie, Map, MapData};
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
-use blocklist_ebpf::prefilter::{Prefilter, PREFILTER_WORDS};
+use blocklist_ebpf::prefilter::Prefilter;
 use blocklist_ebpf::{
     baseline_hash_key, BaselineLengths, FilterShape, BASELINE_HASH_MAP, BASELINE_HASH_PROGRAM,
     BASELINE_LENGTHS_MAP, BASELINE_LPM_MAP, BASELINE_LPM_PROGRAM, MAX_PREFIX_LENGTHS,
@@ -82,7 +82,7 @@ impl Frames {
         let unlisted = |address: Ipv4Addr| plan.covering_entries(IpAddr::V4(address)).is_empty();
         let misses = draw_addresses(rng, unlisted)?;
         let marked_misses = draw_addresses(rng, |address| {
-            unlisted(address) && plan.prefilter_marks(IpAddr::V4(address))
+            unlisted(address) && plan.prefilter_mask(IpAddr::V4(address)) != 0
         })?;
         Ok(Self {
             hits,
@@ -203,6 +203,29 @@ fn measure_all(run: &Runner, frames: &Frames) -> BenchResult<Timings> {
     })
 }
 
+/// The mean number of filter probes the program makes for `addresses`:
+/// the lengths the prefilter marks in each address's block, longest first,
+/// up to the first that holds the address's key.
+fn mean_probes(plan: &KeyPlan, addresses: &[Ipv4Addr]) -> f64 {
+    let probes: usize = addresses
+        .iter()
+        .map(|&address| {
+            let marked = plan.prefilter_mask(IpAddr::V4(address));
+            let mut probes = 0;
+            for (position, key) in plan.probe_keys(IpAddr::V4(address)).iter().enumerate() {
+                if marked & 1 << position != 0 {
+                    probes += 1;
+                    if plan.key_references(key) > 0 {
+                        break;
+                    }
+                }
+            }
+            probes
+        })
+        .sum();
+    probes as f64 / addresses.len() as f64
+}
+
 /// Locked memory of a map, from /proc/self/fdinfo.
 fn memlock(map: &MapData) -> BenchResult<u64> {
     use std::os::fd::AsRawFd;
@@ -248,11 +271,7 @@ fn bench_filter(keys: &[NetKey], frames: &Frames) -> BenchResult<[Row; 2]> {
     };
     let maps = blocklist.maps_mut();
     let (profile, table) = (maps.live_profile(), maps.live_table_map()?);
-    let every_bit = Prefilter {
-        ipv4: [u64::MAX; PREFILTER_WORDS],
-        ipv6: [u64::MAX; PREFILTER_WORDS],
-    };
-    maps.install(&table, &profile, &every_bit)?;
+    maps.install(&table, &profile, &Box::new(Prefilter::FULL))?;
     let run =
         |frame: &[u8], repeat| -> BenchResult<TestRun> { Ok(blocklist.test_run(frame, repeat)?) };
     let without_prefilter = measure_all(&run, frames)?;
@@ -437,11 +456,15 @@ fn main() -> BenchResult<()> {
             .prefilter()
             .ipv4
             .iter()
-            .map(|word| word.count_ones())
-            .sum::<u32>();
+            .filter(|&&mask| mask != 0)
+            .count();
         eprintln!(
-            "{}: probe lengths {lengths:?}, {marked_blocks} of 65536 IPv4 /16 blocks marked",
-            dataset.name
+            "{}: probe lengths {lengths:?}, {marked_blocks} of 65536 IPv4 /16 blocks marked; \
+             probes per packet: hits {:.2}, misses {:.2}, marked-block misses {:.2}",
+            dataset.name,
+            mean_probes(&plan, &frames.hits),
+            mean_probes(&plan, &frames.misses),
+            mean_probes(&plan, &frames.marked_misses),
         );
     }
     Ok(())

@@ -27,8 +27,9 @@
 //!
 //! Each profile also owns a block [`Prefilter`] (one element of the
 //! mmapped `PREFILTERS` array), which the program checks before the first
-//! probe. [`BlocklistMaps::install`] writes the idle profile's bitmaps
-//! before the flip, so they swap with the table; on the live profile,
+//! probe. [`BlocklistMaps::install`] writes the idle profile's block bytes
+//! before the flip, so they swap with the table and its lengths; on the
+//! live profile, [`BlocklistMaps::mark_keys`],
 //! [`BlocklistMaps::set_prefilter_bits`] and
 //! [`BlocklistMaps::clear_prefilter_bits`] change single bits with atomic
 //! read-modify-writes. Callers set a key's bits before inserting it and
@@ -57,7 +58,7 @@ use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -71,7 +72,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use blocklist_ebpf::{
     counter_index, malformed_action, mode, policy,
-    prefilter::{word_and_mask, Prefilter, PrefilterBit, PREFILTER_WORDS},
+    prefilter::{key_bits, Prefilter, PrefilterBit, PREFILTER_BLOCKS},
     Config, Counter, Family, FilterProfile, FilterShape, LocateReport, Outcome, ALLOW_V4_MAP,
     ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP, DEFAULT_ALLOWLIST_ENTRIES, LOCATE_MAP, LOCATE_PROGRAM,
     MATCH_DESTINATION_GLOBAL, MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
@@ -876,9 +877,7 @@ impl BlocklistMaps {
                 .map_err(|_| TableError::BadBucketCount(bucket_count))?;
         let mut ipv4_lengths = Vec::new();
         let mut ipv6_lengths = Vec::new();
-        let mut prefilter = Box::new(Prefilter::EMPTY);
         for (inserted, key) in keys.iter().enumerate() {
-            prefilter.mark(key);
             filter
                 .insert_hash(key.hash(seed))
                 .map_err(|_| LoaderError::FilterFull {
@@ -895,18 +894,33 @@ impl BlocklistMaps {
             }
         }
         let profile = filter_profile(seed, bucket_count, &ipv4_lengths, &ipv6_lengths)?;
+        let mut prefilter = Box::new(Prefilter::EMPTY);
+        for key in keys {
+            prefilter.mark(key, profile.lengths(key.family()));
+        }
         let mut table = FilterTable::<F, S>::create(bucket_count)?;
         table.fill(filter.storage())?;
         self.install(table.map(), &profile, &prefilter)
     }
 
-    /// Changes the live prefix lengths (keeping table, seed and prefilter),
-    /// atomically.
+    /// Changes the live prefix lengths (keeping table and seed),
+    /// atomically. The prefilter's bits stand for positions in the length
+    /// list, so every marked block gets every new length's bit: packets of
+    /// marked blocks probe every length until the next rebuild.
     pub fn set_prefix_lengths(&mut self, ipv4: &[u8], ipv6: &[u8]) -> Result<()> {
         let live = self.live_profile();
         let profile = filter_profile(live.seed, live.bucket_mask as usize + 1, ipv4, ipv6)?;
         let table = self.live_table_map()?;
-        let prefilter = self.live_prefilter();
+        let mut prefilter = self.live_prefilter();
+        for family in [AddressFamily::Ipv4, AddressFamily::Ipv6] {
+            let unused_bits = u8::BITS - profile.lengths(family).len() as u32;
+            let every_length = u8::MAX.checked_shr(unused_bits).unwrap_or(0);
+            for mask in prefilter.masks_mut(family).iter_mut() {
+                if *mask != 0 {
+                    *mask = every_length;
+                }
+            }
+        }
         self.install(&table, &profile, &prefilter)
     }
 
@@ -914,19 +928,18 @@ impl BlocklistMaps {
         self.config().active_profile as usize % PROFILE_COUNT
     }
 
-    /// The word holding `bit` in profile `slot`'s prefilter.
-    fn prefilter_word(&self, slot: usize, bit: PrefilterBit) -> Option<&AtomicU64> {
-        let family_offset = match bit.family {
-            AddressFamily::Ipv4 => offset_of!(Prefilter, ipv4),
-            AddressFamily::Ipv6 => offset_of!(Prefilter, ipv6),
-        };
-        let (word, _) = word_and_mask(bit.index);
-        self.prefilters
-            .atomic_u64(slot * size_of::<Prefilter>() + family_offset + word * size_of::<u64>())
+    /// Offset in the prefilter mapping of profile `slot`'s block bytes of
+    /// `family`.
+    fn prefilter_offset(slot: usize, family: AddressFamily) -> usize {
+        slot * size_of::<Prefilter>()
+            + match family {
+                AddressFamily::Ipv4 => offset_of!(Prefilter, ipv4),
+                AddressFamily::Ipv6 => offset_of!(Prefilter, ipv6),
+            }
     }
 
-    /// Every word of profile `slot`'s prefilter: family, index in the
-    /// family's bitmap, the word.
+    /// Every 8-byte word of profile `slot`'s prefilter: family, offset of
+    /// its first block, the word.
     fn prefilter_words(
         &self,
         slot: usize,
@@ -934,55 +947,71 @@ impl BlocklistMaps {
         [AddressFamily::Ipv4, AddressFamily::Ipv6]
             .into_iter()
             .flat_map(move |family| {
-                (0..PREFILTER_WORDS).filter_map(move |word| {
-                    let bit = PrefilterBit {
-                        family,
-                        index: (word * 64) as u32,
-                    };
-                    Some((family, word, self.prefilter_word(slot, bit)?))
-                })
+                let base = Self::prefilter_offset(slot, family);
+                (0..PREFILTER_BLOCKS)
+                    .step_by(size_of::<u64>())
+                    .filter_map(move |block| {
+                        Some((family, block, self.prefilters.atomic_u64(base + block)?))
+                    })
             })
     }
 
     /// Writes a whole prefilter into profile `slot`, one atomic store per
-    /// word.
+    /// eight blocks.
     fn write_prefilter(&self, slot: usize, prefilter: &Prefilter) {
-        for (family, word, field) in self.prefilter_words(slot) {
-            field.store(prefilter.words(family)[word], Ordering::Release);
+        for (family, block, word) in self.prefilter_words(slot) {
+            let masks = &prefilter.masks(family)[block..block + size_of::<u64>()];
+            if let Ok(bytes) = masks.try_into() {
+                word.store(u64::from_ne_bytes(bytes), Ordering::Release);
+            }
         }
     }
 
     /// The live profile's prefilter as it is now.
     pub fn live_prefilter(&self) -> Box<Prefilter> {
         let mut prefilter = Box::new(Prefilter::EMPTY);
-        for (family, word, field) in self.prefilter_words(self.live_slot()) {
-            prefilter.words_mut(family)[word] = field.load(Ordering::Acquire);
+        for (family, block, word) in self.prefilter_words(self.live_slot()) {
+            let bytes = word.load(Ordering::Acquire).to_ne_bytes();
+            prefilter.masks_mut(family)[block..block + size_of::<u64>()].copy_from_slice(&bytes);
         }
         prefilter
+    }
+
+    /// Sets the prefilter bits of `keys` (see
+    /// [`blocklist_ebpf::prefilter::key_bits`]) in the live profile's
+    /// prefilter. Call before inserting the keys.
+    pub fn mark_keys(&self, keys: &[NetKey]) {
+        let profile = self.live_profile();
+        let bits: HashSet<PrefilterBit> = keys
+            .iter()
+            .flat_map(|key| key_bits(key, profile.lengths(key.family())))
+            .collect();
+        self.set_prefilter_bits(&bits.into_iter().collect::<Vec<_>>());
     }
 
     /// Sets `bits` in the live profile's prefilter, one atomic
     /// read-modify-write each. Call before inserting the keys that mark
     /// them.
     pub fn set_prefilter_bits(&self, bits: &[PrefilterBit]) {
-        self.change_prefilter_bits(bits, |word, mask| {
-            word.fetch_or(mask, Ordering::Release);
+        self.change_prefilter_bits(bits, |block, mask| {
+            block.fetch_or(mask, Ordering::Release);
         });
     }
 
     /// Clears `bits` in the live profile's prefilter. Call only after
     /// removing every key that marks them.
     pub fn clear_prefilter_bits(&self, bits: &[PrefilterBit]) {
-        self.change_prefilter_bits(bits, |word, mask| {
-            word.fetch_and(!mask, Ordering::Release);
+        self.change_prefilter_bits(bits, |block, mask| {
+            block.fetch_and(!mask, Ordering::Release);
         });
     }
 
-    fn change_prefilter_bits(&self, bits: &[PrefilterBit], change: impl Fn(&AtomicU64, u64)) {
+    fn change_prefilter_bits(&self, bits: &[PrefilterBit], change: impl Fn(&AtomicU8, u8)) {
         let slot = self.live_slot();
         for &bit in bits {
-            if let Some(word) = self.prefilter_word(slot, bit) {
-                change(word, word_and_mask(bit.index).1);
+            let offset = Self::prefilter_offset(slot, bit.family) + bit.block as usize;
+            if let Some(block) = self.prefilters.atomic_u8(offset) {
+                change(block, bit.mask());
             }
         }
     }
@@ -1054,62 +1083,121 @@ impl BlocklistMaps {
 
     /// Adds `address/prefix_len` to the allowlist.
     pub fn allow(&mut self, address: IpAddr, prefix_len: u8) -> Result<()> {
-        self.change_allowlist(address, prefix_len, true)
+        let result = self.change_allowlist(address, prefix_len, true);
+        self.count_allowlist(family_of(address))?;
+        result
     }
 
     /// Removes `address/prefix_len` from the allowlist.
     pub fn disallow(&mut self, address: IpAddr, prefix_len: u8) -> Result<()> {
-        self.change_allowlist(address, prefix_len, false)
+        let result = self.change_allowlist(address, prefix_len, false);
+        self.count_allowlist(family_of(address))?;
+        result
     }
 
     /// Makes the allowlist exactly `entries` (address, prefix length):
     /// adds the missing ones first, then removes the others, so an address
     /// that stays allowlisted is never dropped on the way.
     pub fn set_allowlist(&mut self, entries: &[(IpAddr, u8)]) -> Result<()> {
-        for &(address, prefix_len) in entries {
-            self.allow(address, prefix_len)?;
+        let mut result = entries.iter().try_for_each(|&(address, prefix_len)| {
+            self.change_allowlist(address, prefix_len, true)
+        });
+        if result.is_ok() {
+            let keep: HashSet<(IpAddr, u8)> = entries.iter().copied().collect();
+            result = remove_other_keys(
+                &mut self.allow_v4,
+                ALLOW_V4_MAP,
+                &keep,
+                |octets: [u8; 4]| IpAddr::from(octets),
+            )
+            .and_then(|()| {
+                remove_other_keys(
+                    &mut self.allow_v6,
+                    ALLOW_V6_MAP,
+                    &keep,
+                    |octets: [u8; 16]| IpAddr::from(octets),
+                )
+            });
         }
-        let keep: HashSet<(IpAddr, u8)> = entries.iter().copied().collect();
-        remove_other_keys(
-            &mut self.allow_v4,
-            ALLOW_V4_MAP,
-            &keep,
-            |octets: [u8; 4]| IpAddr::from(octets),
-        )?;
-        remove_other_keys(
-            &mut self.allow_v6,
-            ALLOW_V6_MAP,
-            &keep,
-            |octets: [u8; 16]| IpAddr::from(octets),
-        )
+        self.count_allowlist(AddressFamily::Ipv4)?;
+        self.count_allowlist(AddressFamily::Ipv6)?;
+        result
     }
 
-    fn change_allowlist(&mut self, address: IpAddr, prefix_len: u8, add: bool) -> Result<()> {
-        let (family, name) = match address {
-            IpAddr::V4(_) => (AddressFamily::Ipv4, ALLOW_V4_MAP),
-            IpAddr::V6(_) => (AddressFamily::Ipv6, ALLOW_V6_MAP),
+    /// The config field that tells the program whether the allowlist of
+    /// `family` may hold entries.
+    fn allowlist_entries_field(family: AddressFamily) -> usize {
+        match family {
+            AddressFamily::Ipv4 => offset_of!(Config, allowlist_ipv4_entries),
+            AddressFamily::Ipv6 => offset_of!(Config, allowlist_ipv6_entries),
+        }
+    }
+
+    /// Stores the number of entries in the allowlist of `family` into the
+    /// config, after a change.
+    fn count_allowlist(&mut self, family: AddressFamily) -> Result<()> {
+        let entries = match family {
+            AddressFamily::Ipv4 => trie_len::<[u8; 4]>(&mut self.allow_v4, ALLOW_V4_MAP)?,
+            AddressFamily::Ipv6 => trie_len::<[u8; 16]>(&mut self.allow_v6, ALLOW_V6_MAP)?,
         };
+        self.store_config_u32(Self::allowlist_entries_field(family), entries);
+        Ok(())
+    }
+
+    /// Inserts (`add`) or removes one allowlist entry. Before an insert,
+    /// the family's entry count goes up by one, so the program looks the
+    /// new entry up as soon as it is there; callers store the exact count
+    /// afterwards ([`Self::count_allowlist`]).
+    fn change_allowlist(&mut self, address: IpAddr, prefix_len: u8, add: bool) -> Result<()> {
+        let family = family_of(address);
         if prefix_len > family.max_prefix_len() {
             return Err(LoaderError::BadPrefixLength {
                 family,
                 len: prefix_len,
             });
         }
+        if add {
+            if let Some(entries) = self
+                .fields()
+                .atomic_u32(Self::allowlist_entries_field(family))
+            {
+                entries.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         match address {
             IpAddr::V4(address) => change_trie(
                 &mut self.allow_v4,
-                name,
+                ALLOW_V4_MAP,
                 Key::new(u32::from(prefix_len), address.octets()),
                 add,
             ),
             IpAddr::V6(address) => change_trie(
                 &mut self.allow_v6,
-                name,
+                ALLOW_V6_MAP,
                 Key::new(u32::from(prefix_len), address.octets()),
                 add,
             ),
         }
     }
+}
+
+fn family_of(address: IpAddr) -> AddressFamily {
+    match address {
+        IpAddr::V4(_) => AddressFamily::Ipv4,
+        IpAddr::V6(_) => AddressFamily::Ipv6,
+    }
+}
+
+/// The number of entries in the allowlist trie `map`.
+fn trie_len<K: aya::Pod>(map: &mut Map, name: &'static str) -> Result<u32> {
+    let trie = LpmTrie::<&mut MapData, K, u8>::try_from(map)
+        .map_err(|source| LoaderError::Map { name, source })?;
+    let mut entries = 0u32;
+    for key in trie.keys() {
+        key.map_err(|source| LoaderError::Map { name, source })?;
+        entries += 1;
+    }
+    Ok(entries)
 }
 
 /// Removes from the allowlist trie `map` every key whose (address, prefix

@@ -39,10 +39,11 @@
 //!
 //! # The block prefilter
 //!
-//! The XDP program first asks a per-profile bitmap of coarse address blocks
-//! (see `blocklist_ebpf::prefilter`) whether the packet's block holds any
-//! key. The plan counts, for every bit of those bitmaps, the keys that
-//! mark it; [`KeyPlan::prefilter`] gives the full bitmaps for a new filter,
+//! The XDP program first reads, from a per-profile map of coarse address
+//! blocks (see `blocklist_ebpf::prefilter`), which active lengths have keys
+//! in the packet's block, and probes only those. The plan counts, for every
+//! bit of that map (a block and a length), the keys that mark it;
+//! [`KeyPlan::prefilter`] gives the full map for a new filter,
 //! and each [`KeyDiff`] also lists the bits whose count left zero (set them
 //! before inserting the keys) and reached zero (clear them after removing
 //! the keys; only safe when the plan holds every entry, see [`KeyDiff`]).
@@ -57,8 +58,9 @@
 use std::net::IpAddr;
 
 use blocklist_ebpf::prefilter::{
-    ipv4_bit, ipv6_bit, key_bits, Prefilter, PrefilterBit, PREFILTER_BITS,
+    ipv4_block, ipv6_block, key_bits, Prefilter, PrefilterBit, PREFILTER_BLOCKS,
 };
+use blocklist_ebpf::MAX_PREFIX_LENGTHS;
 use filter_core::{AddressFamily, NetKey};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use ipnet::IpNet;
@@ -337,22 +339,23 @@ pub struct KeyDiff {
     pub clear_bits: Vec<PrefilterBit>,
 }
 
-/// How many keys mark each prefilter bit, per family.
+/// How many keys mark each prefilter bit: per family, per block, per
+/// length position.
 #[derive(Clone, Debug)]
 struct BitReferences {
-    ipv4: Vec<u32>,
-    ipv6: Vec<u32>,
+    ipv4: Vec<[u32; MAX_PREFIX_LENGTHS]>,
+    ipv6: Vec<[u32; MAX_PREFIX_LENGTHS]>,
 }
 
 impl BitReferences {
     fn new() -> Self {
         Self {
-            ipv4: vec![0; PREFILTER_BITS],
-            ipv6: vec![0; PREFILTER_BITS],
+            ipv4: vec![[0; MAX_PREFIX_LENGTHS]; PREFILTER_BLOCKS],
+            ipv6: vec![[0; MAX_PREFIX_LENGTHS]; PREFILTER_BLOCKS],
         }
     }
 
-    fn counts(&self, family: AddressFamily) -> &[u32] {
+    fn counts(&self, family: AddressFamily) -> &[[u32; MAX_PREFIX_LENGTHS]] {
         match family {
             AddressFamily::Ipv4 => &self.ipv4,
             AddressFamily::Ipv6 => &self.ipv6,
@@ -364,13 +367,13 @@ impl BitReferences {
             AddressFamily::Ipv4 => &mut self.ipv4,
             AddressFamily::Ipv6 => &mut self.ipv6,
         };
-        &mut counts[bit.index as usize]
+        &mut counts[bit.block as usize][usize::from(bit.length_index)]
     }
 
     /// Counts a key that entered the filter; pushes the bits it is the
-    /// first to mark.
-    fn add(&mut self, key: &NetKey, newly_marked: &mut Vec<PrefilterBit>) {
-        for_each_distinct_bit(key, |bit| {
+    /// first to mark. `lengths`: the active lengths of its family.
+    fn add(&mut self, key: &NetKey, lengths: &[u8], newly_marked: &mut Vec<PrefilterBit>) {
+        for_each_distinct_bit(key, lengths, |bit| {
             let count = self.count_mut(bit);
             if *count == 0 {
                 newly_marked.push(bit);
@@ -381,8 +384,8 @@ impl BitReferences {
 
     /// Uncounts a key that left the filter; pushes the bits no key marks
     /// any more.
-    fn remove(&mut self, key: &NetKey, unmarked: &mut Vec<PrefilterBit>) {
-        for_each_distinct_bit(key, |bit| {
+    fn remove(&mut self, key: &NetKey, lengths: &[u8], unmarked: &mut Vec<PrefilterBit>) {
+        for_each_distinct_bit(key, lengths, |bit| {
             let count = self.count_mut(bit);
             *count -= 1;
             if *count == 0 {
@@ -392,15 +395,24 @@ impl BitReferences {
     }
 }
 
+/// The prefilter byte of a block whose length positions have `counts`
+/// marking keys.
+fn marked_lengths(counts: &[u32; MAX_PREFIX_LENGTHS]) -> u8 {
+    (0..)
+        .zip(counts)
+        .filter(|&(_, &count)| count > 0)
+        .fold(0, |mask, (position, _)| mask | 1 << position)
+}
+
 /// Calls `visit` once for every prefilter bit `key` marks.
-fn for_each_distinct_bit(key: &NetKey, visit: impl FnMut(PrefilterBit)) {
-    let bits = key_bits(key);
+fn for_each_distinct_bit(key: &NetKey, lengths: &[u8], visit: impl FnMut(PrefilterBit)) {
+    let bits = key_bits(key, lengths);
     if !bits.may_repeat() {
         bits.for_each(visit);
         return;
     }
     let mut bits: Vec<PrefilterBit> = bits.collect();
-    bits.sort_unstable_by_key(|bit| bit.index);
+    bits.sort_unstable_by_key(|bit| bit.block);
     bits.dedup();
     bits.into_iter().for_each(visit);
 }
@@ -537,39 +549,39 @@ impl KeyPlan {
     pub fn bit_references(&self, bit: PrefilterBit) -> u32 {
         self.bit_refs
             .counts(bit.family)
-            .get(bit.index as usize)
+            .get(bit.block as usize)
+            .and_then(|counts| counts.get(usize::from(bit.length_index)))
             .copied()
             .unwrap_or(0)
     }
 
-    /// The prefilter bitmaps of every key, to install with a new filter.
+    /// The prefilter of every key, to install with a new filter.
     pub fn prefilter(&self) -> Box<Prefilter> {
         let mut prefilter = Box::new(Prefilter::EMPTY);
         for family in [AddressFamily::Ipv4, AddressFamily::Ipv6] {
-            for (index, _) in (0u32..)
-                .zip(self.bit_refs.counts(family))
-                .filter(|&(_, &count)| count > 0)
-            {
-                prefilter.set(PrefilterBit { family, index });
+            let blocks = prefilter.masks_mut(family).iter_mut();
+            for (mask, counts) in blocks.zip(self.bit_refs.counts(family)) {
+                *mask = marked_lengths(counts);
             }
         }
         prefilter
     }
 
-    /// Whether the prefilter marks the block of `address`: if not, the XDP
-    /// program passes it without probing the filter.
-    pub fn prefilter_marks(&self, address: IpAddr) -> bool {
-        let bit = match address {
-            IpAddr::V4(v4) => PrefilterBit {
-                family: AddressFamily::Ipv4,
-                index: ipv4_bit(u32::from(v4)),
-            },
-            IpAddr::V6(v6) => PrefilterBit {
-                family: AddressFamily::Ipv6,
-                index: ipv6_bit((u128::from(v6) >> 96) as u32),
-            },
+    /// The active lengths, as positions in the family's length list, that
+    /// the prefilter marks in the block of `address`: the lengths the XDP
+    /// program probes for it (none: it passes without a probe).
+    pub fn prefilter_mask(&self, address: IpAddr) -> u8 {
+        let (family, block) = match address {
+            IpAddr::V4(v4) => (AddressFamily::Ipv4, ipv4_block(u32::from(v4))),
+            IpAddr::V6(v6) => (
+                AddressFamily::Ipv6,
+                ipv6_block((u128::from(v6) >> 96) as u32),
+            ),
         };
-        self.bit_references(bit) > 0
+        self.bit_refs
+            .counts(family)
+            .get(block as usize)
+            .map_or(0, marked_lengths)
     }
 
     /// Adds the `added` entries, then removes the `removed` ones, and
@@ -607,7 +619,8 @@ impl KeyPlan {
                 let references = self.key_refs.entry(key).or_insert(0);
                 if *references == 0 {
                     diff.insert.push(key);
-                    self.bit_refs.add(&key, &mut diff.set_bits);
+                    let lengths = self.lengths.get(key.family());
+                    self.bit_refs.add(&key, lengths, &mut diff.set_bits);
                 }
                 *references += 1;
             }
@@ -626,7 +639,8 @@ impl KeyPlan {
                     if *references == 0 {
                         self.key_refs.remove(&key);
                         diff.remove.push(key);
-                        self.bit_refs.remove(&key, &mut diff.clear_bits);
+                        let lengths = self.lengths.get(key.family());
+                        self.bit_refs.remove(&key, lengths, &mut diff.clear_bits);
                     }
                 }
             }
@@ -763,7 +777,6 @@ impl CheckReport {
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
-    use blocklist_ebpf::prefilter::word_and_mask;
     use proptest::prelude::*;
 
     use super::*;
@@ -797,28 +810,27 @@ mod tests {
         prop_oneof![2 => v4, 1 => v6]
     }
 
-    /// The bitmaps recomputed from the plan's keys.
+    /// The prefilter recomputed from the plan's keys.
     fn recomputed(plan: &KeyPlan) -> Box<Prefilter> {
         let mut prefilter = Box::new(Prefilter::EMPTY);
         for key in plan.keys() {
-            prefilter.mark(key);
+            prefilter.mark(key, plan.lengths().get(key.family()));
         }
         prefilter
     }
 
     fn clear(prefilter: &mut Prefilter, bit: PrefilterBit) {
-        let (word, mask) = word_and_mask(bit.index);
-        prefilter.words_mut(bit.family)[word] &= !mask;
+        prefilter.masks_mut(bit.family)[bit.block as usize] &= !bit.mask();
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// Applying each diff's bits to the live bitmaps (set, then clear)
-        /// keeps them equal to the bitmaps of the remaining keys; a diff
+        /// Applying each diff's bits to the live prefilter (set, then clear)
+        /// keeps it equal to the prefilter of the remaining keys; a diff
         /// sets only unset bits and clears only set ones.
         #[test]
-        fn diff_bits_keep_the_bitmaps_equal_to_the_keys(
+        fn diff_bits_keep_the_prefilter_equal_to_the_keys(
             steps in prop::collection::vec(
                 (
                     prop::collection::vec(entry(), 0..5),
@@ -849,8 +861,8 @@ mod tests {
                     clear(&mut live, bit);
                 }
                 let expected = recomputed(&plan);
-                prop_assert!(*live == *expected, "the live bitmaps drifted from the keys");
-                prop_assert!(*plan.prefilter() == *expected, "the plan's bitmaps drifted");
+                prop_assert!(*live == *expected, "the live prefilter drifted from the keys");
+                prop_assert!(*plan.prefilter() == *expected, "the plan's prefilter drifted");
             }
         }
     }
@@ -864,9 +876,11 @@ mod tests {
                 .collect()
         };
         let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
+        // /24 is the third active length.
         let block = PrefilterBit {
             family: AddressFamily::Ipv4,
-            index: 0xc612,
+            block: 0xc612,
+            length_index: 2,
         };
         let diff = plan
             .update(&nets(&["198.18.1.0/24", "198.18.2.0/24"]), &[])
@@ -882,21 +896,31 @@ mod tests {
             .update(&nets(&["198.18.3.0/24"]), &nets(&["198.18.3.0/24"]))
             .unwrap();
         assert!(diff.set_bits.is_empty() && diff.clear_bits.is_empty() && diff.insert.is_empty());
-        // A /14 marks its four /16 blocks.
+        // A /14 (expanded to /16, the fifth length) marks its four /16
+        // blocks.
         let diff = plan.update(&nets(&["198.16.0.0/14"]), &[]).unwrap();
-        let mut indexes: Vec<u32> = diff.set_bits.iter().map(|bit| bit.index).collect();
-        indexes.sort_unstable();
-        assert_eq!(indexes, [0xc610, 0xc611, 0xc612, 0xc613]);
-        assert!(plan.prefilter_marks("198.17.0.1".parse().unwrap()));
-        assert!(!plan.prefilter_marks("198.20.0.1".parse().unwrap()));
+        let mut blocks: Vec<u32> = diff.set_bits.iter().map(|bit| bit.block).collect();
+        blocks.sort_unstable();
+        assert_eq!(blocks, [0xc610, 0xc611, 0xc612, 0xc613]);
+        assert!(diff.set_bits.iter().all(|bit| bit.length_index == 4));
+        // A /24 beside it marks the same block at another length.
+        let diff = plan.update(&nets(&["198.17.5.0/24"]), &[]).unwrap();
+        assert_eq!(diff.set_bits.len(), 1);
+        assert_eq!(
+            plan.prefilter_mask("198.17.0.1".parse().unwrap()),
+            1 << 2 | 1 << 4
+        );
+        assert_eq!(plan.prefilter_mask("198.16.0.1".parse().unwrap()), 1 << 4);
+        assert_eq!(plan.prefilter_mask("198.20.0.1".parse().unwrap()), 0);
     }
 
     #[test]
     fn short_ipv6_keys_mark_every_bit_once() {
         let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
         let diff = plan.update(&["2001::/16".parse().unwrap()], &[]).unwrap();
-        assert_eq!(diff.set_bits.len(), PREFILTER_BITS);
-        assert!(plan.prefilter().ipv6.iter().all(|&word| word == u64::MAX));
+        assert_eq!(diff.set_bits.len(), PREFILTER_BLOCKS);
+        // /16 is the seventh active IPv6 length.
+        assert!(plan.prefilter().ipv6.iter().all(|&mask| mask == 1 << 6));
         // A /20 spans 4,096 /32 blocks, hashed to bits that may repeat;
         // each bit is listed and counted once per key.
         let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();

@@ -1,14 +1,15 @@
 //! The blocklist program on frames given to BPF_PROG_TEST_RUN: verdict and
 //! counters for hits and misses, VLAN tags, prefix lengths, allowlist,
 //! modes, policies, non-IP, every truncation, and the block prefilter
-//! (unmarked blocks miss, short keys mark every block they span, the hashed
-//! IPv6 bitmap, live bit updates from the plan). Needs root.
+//! (unmarked blocks miss, only the lengths marked in a block are probed,
+//! short keys mark every block they span, hashed IPv6 blocks, live bit
+//! updates from the plan). Needs root.
 
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use blocklist_ebpf::prefilter::{ipv4_bit, ipv6_bit, Prefilter, PrefilterBit, PREFILTER_BITS};
+use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use common::{
     blocklist_with, expect_verdict, family_of, net_key, require_root, udp_frame, Tags,
     DESTINATION_MAC, SOURCE_MAC, TARGET_V4,
@@ -147,6 +148,30 @@ fn allowlist_wins_over_the_blocklist() {
         .disallow(v4("198.18.7.0"), 24)
         .expect("removing from the allowlist");
     check(&blocklist, v4("198.18.7.9"), Tags::None, true);
+    // The config counts each family's entries; the program skips the
+    // lookup of an empty allowlist.
+    let config = blocklist.maps().config();
+    assert_eq!(
+        (config.allowlist_ipv4_entries, config.allowlist_ipv6_entries),
+        (0, 1)
+    );
+    blocklist
+        .maps_mut()
+        .set_allowlist(&[(v4("198.18.7.0"), 24), (v4("198.18.9.0"), 24)])
+        .expect("replacing the allowlist");
+    let config = blocklist.maps().config();
+    assert_eq!(
+        (config.allowlist_ipv4_entries, config.allowlist_ipv6_entries),
+        (2, 0)
+    );
+    expect_verdict(
+        &blocklist,
+        &udp_frame(v4("198.18.9.1"), Tags::None),
+        Pass,
+        Outcome::Allowlisted,
+        Family::Ipv4,
+    );
+    check(&blocklist, v6("2001:db8:7::9"), Tags::None, true);
 }
 
 #[test]
@@ -372,26 +397,31 @@ fn whole_filter_replacement_swaps_keys_and_keeps_the_table_size() {
     check(&blocklist, v6("2001:db8::20"), Tags::None, true);
 }
 
-fn v4_bit(text: &str) -> PrefilterBit {
+/// The bit of the `length_index`-th active IPv4 length in the block of the
+/// address `text`.
+fn v4_bit(text: &str, length_index: u8) -> PrefilterBit {
     let IpAddr::V4(address) = v4(text) else {
         unreachable!("v4 gives IPv4 addresses")
     };
     PrefilterBit {
         family: AddressFamily::Ipv4,
-        index: ipv4_bit(u32::from(address)),
+        block: ipv4_block(u32::from(address)),
+        length_index,
     }
 }
 
-/// The bit of the IPv6 /32 block whose first 32 bits are `block`.
-fn v6_bit(block: u32) -> PrefilterBit {
+/// The bit of the `length_index`-th active IPv6 length in the IPv6 /32
+/// block whose first 32 bits are `block`.
+fn v6_bit(block: u32, length_index: u8) -> PrefilterBit {
     PrefilterBit {
         family: AddressFamily::Ipv6,
-        index: ipv6_bit(block),
+        block: ipv6_block(block),
+        length_index,
     }
 }
 
 /// Makes the live table and profile live again with `prefilter` instead of
-/// the bitmaps of its keys.
+/// the prefilter of its keys.
 fn reinstall_with(blocklist: &mut Blocklist, prefilter: &Prefilter) {
     let maps = blocklist.maps_mut();
     let profile = maps.live_profile();
@@ -415,18 +445,43 @@ fn a_listed_key_in_an_unmarked_block_is_a_counted_miss() {
     check(&blocklist, v6("2001:db8::10"), Tags::None, false);
     // Marking each key's block makes it a hit again.
     let mut marked = Prefilter::EMPTY;
-    marked.set(v4_bit("198.18.0.10"));
-    marked.set(v6_bit(0x2001_0db8));
+    marked.set(v4_bit("198.18.0.10", 0));
+    marked.set(v6_bit(0x2001_0db8, 0));
     reinstall_with(&mut blocklist, &marked);
     check(&blocklist, v4("198.18.0.10"), Tags::One, true);
     check(&blocklist, v6("2001:db8::10"), Tags::Two, true);
     // Marking a neighbouring block does not.
     let mut neighbours = Prefilter::EMPTY;
-    neighbours.set(v4_bit("198.19.0.10"));
-    neighbours.set(v6_bit(0x2001_0db9));
+    neighbours.set(v4_bit("198.19.0.10", 0));
+    neighbours.set(v6_bit(0x2001_0db9, 0));
     reinstall_with(&mut blocklist, &neighbours);
     check(&blocklist, v4("198.18.0.10"), Tags::None, false);
     check(&blocklist, v6("2001:db8::10"), Tags::None, false);
+}
+
+#[test]
+fn only_the_lengths_marked_in_a_block_are_probed() {
+    // Active IPv4 lengths [32, 24]: bit 0 is /32, bit 1 is /24.
+    let mut blocklist = blocklist_with(&[
+        net_key(v4("198.18.0.10"), 32),
+        net_key(v4("198.18.0.0"), 24),
+    ]);
+    assert_eq!(blocklist.maps().live_prefilter().ipv4[0xc612], 0b11);
+    check(&blocklist, v4("198.18.0.10"), Tags::None, true);
+    check(&blocklist, v4("198.18.0.99"), Tags::None, true);
+    // Only /32 marked: the /24 key is not probed.
+    let mut only_32 = Prefilter::EMPTY;
+    only_32.set(v4_bit("198.18.0.0", 0));
+    reinstall_with(&mut blocklist, &only_32);
+    check(&blocklist, v4("198.18.0.10"), Tags::None, true);
+    check(&blocklist, v4("198.18.0.99"), Tags::None, false);
+    // Only /24 marked: the /24 key still covers both.
+    let mut only_24 = Prefilter::EMPTY;
+    only_24.set(v4_bit("198.18.0.0", 1));
+    reinstall_with(&mut blocklist, &only_24);
+    check(&blocklist, v4("198.18.0.10"), Tags::None, true);
+    check(&blocklist, v4("198.18.0.99"), Tags::None, true);
+    check(&blocklist, v4("198.18.1.99"), Tags::None, false);
 }
 
 #[test]
@@ -438,9 +493,10 @@ fn the_filter_marks_exactly_the_blocks_of_its_keys() {
     ]);
     let prefilter = blocklist.maps().live_prefilter();
     let mut expected = Prefilter::EMPTY;
-    expected.set(v4_bit("198.18.0.0"));
-    expected.set(v4_bit("198.19.0.0"));
-    expected.set(v6_bit(0x2001_0db8));
+    // Active IPv4 lengths [32, 24]; IPv6 [48].
+    expected.set(v4_bit("198.18.0.0", 0));
+    expected.set(v4_bit("198.19.0.0", 1));
+    expected.set(v6_bit(0x2001_0db8, 0));
     assert_eq!(*prefilter, expected);
     check(&blocklist, v4("198.19.7.200"), Tags::None, true);
     // Unmarked blocks miss; the filter keeps answering inside marked ones.
@@ -463,11 +519,16 @@ fn keys_shorter_than_a_block_mark_every_block_they_span() {
         .into_iter()
         .zip(["198.16.1.2", "198.17.200.3", "198.18.0.4", "198.19.255.254"])
     {
-        assert!(prefilter.contains(v4_bit(block)), "{block}/16 is marked");
+        assert!(prefilter.contains(v4_bit(block, 0)), "{block}/16 is marked");
         check(&blocklist, v4(inside), Tags::None, true);
     }
     for outside in ["198.15.255.255", "198.20.0.0"] {
-        assert!(!prefilter.contains(v4_bit(outside)), "{outside}/16 is not");
+        let address: Ipv4Addr = outside.parse().expect("an IPv4 address");
+        assert_eq!(
+            prefilter.ipv4_mask(u32::from(address)),
+            0,
+            "{outside}/16 is not marked"
+        );
         check(&blocklist, v4(outside), Tags::None, false);
     }
     for (block, inside) in (0x2001_0db8..=0x2001_0dbb).zip([
@@ -476,20 +537,16 @@ fn keys_shorter_than_a_block_mark_every_block_they_span() {
         "2001:dba:1::3",
         "2001:dbb::4",
     ]) {
-        assert!(prefilter.contains(v6_bit(block)), "{block:#x}/32 is marked");
+        assert!(
+            prefilter.contains(v6_bit(block, 0)),
+            "{block:#x}/32 is marked"
+        );
         check(&blocklist, v6(inside), Tags::None, true);
     }
-    let v6_marked = (0..PREFILTER_BITS as u32)
-        .filter(|&index| {
-            prefilter.contains(PrefilterBit {
-                family: AddressFamily::Ipv6,
-                index,
-            })
-        })
-        .count();
+    let v6_marked = prefilter.ipv6.iter().filter(|&&mask| mask != 0).count();
     assert!(
         v6_marked <= 4,
-        "a /30 marks at most its four hashed blocks, not {v6_marked} bits"
+        "a /30 marks at most its four hashed blocks, not {v6_marked}"
     );
 }
 
@@ -497,8 +554,8 @@ fn keys_shorter_than_a_block_mark_every_block_they_span() {
 fn ipv6_keys_of_a_sixteenth_or_shorter_mark_every_bit() {
     let blocklist = blocklist_with(&[net_key(v6("2001::"), 16)]);
     let prefilter = blocklist.maps().live_prefilter();
-    assert!(prefilter.ipv6.iter().all(|&word| word == u64::MAX));
-    assert!(prefilter.ipv4.iter().all(|&word| word == 0));
+    assert!(prefilter.ipv6.iter().all(|&mask| mask == 1));
+    assert!(prefilter.ipv4.iter().all(|&mask| mask == 0));
     check(&blocklist, v6("2001:ffff::1"), Tags::None, true);
     check(&blocklist, v6("2002::1"), Tags::None, false);
 }
@@ -508,7 +565,7 @@ fn ipv6_blocks_are_hashed_not_truncated() {
     // 2001:db8::/32 and 2001:db9::/32 differ only in their last bit; the
     // hash gives them different bits, and the program looks a key up under
     // its own block's bit, computed as userspace computes it.
-    let (first, second) = (v6_bit(0x2001_0db8), v6_bit(0x2001_0db9));
+    let (first, second) = (v6_bit(0x2001_0db8, 0), v6_bit(0x2001_0db9, 0));
     assert_ne!(first, second);
     let mut blocklist =
         blocklist_with(&[net_key(v6("2001:db8::"), 64), net_key(v6("2001:db9::"), 64)]);
@@ -574,7 +631,7 @@ fn live_updates_set_bits_before_keys_and_clear_them_after_the_last_key() {
     .expect("a plan");
     tables::install_plan(blocklist.maps_mut(), &plan, common::SEED).expect("installing");
     assert_eq!(blocklist.maps().live_prefilter(), plan.prefilter());
-    let block = v4_bit("198.19.0.0");
+    let block = v4_bit("198.19.0.0", 0);
 
     // A new block: its bit is in the diff's bits to set.
     let diff = plan
@@ -617,7 +674,7 @@ fn live_updates_set_bits_before_keys_and_clear_them_after_the_last_key() {
     let diff = plan
         .update(&[], &nets(&["2001:db8::/48"]))
         .expect("an incremental delete");
-    assert_eq!(diff.clear_bits, [v6_bit(0x2001_0db8)]);
+    assert_eq!(diff.clear_bits, [v6_bit(0x2001_0db8, 0)]);
     apply(&mut blocklist, &diff);
     check(&blocklist, v6("2001:db8::1"), Tags::None, false);
     write_diff(
@@ -630,7 +687,7 @@ fn live_updates_set_bits_before_keys_and_clear_them_after_the_last_key() {
     assert!(blocklist
         .maps()
         .live_prefilter()
-        .contains(v6_bit(0x2001_0db8)));
+        .contains(v6_bit(0x2001_0db8, 0)));
     check(&blocklist, v6("2001:db8::1"), Tags::None, true);
 }
 

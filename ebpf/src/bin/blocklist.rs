@@ -8,9 +8,9 @@
 //! a bucket copied out of map memory. `locate_key` is a test-only program
 //! that reports what that code computes for a packet.
 //!
-//! Before the first probe, the live profile's [`Prefilter`] is asked
-//! whether the address's coarse block holds any key: if not, the address is
-//! not listed, after one array read instead of a probe per active length.
+//! Before the first probe, the live profile's [`Prefilter`] gives the active
+//! prefix lengths that have keys in the address's coarse block: the filter
+//! is probed at those only, and not at all when there are none.
 //!
 //! Decision, for an IP packet and its matched address:
 //! * deny policy: listed in the filter at any active prefix length ->
@@ -226,7 +226,7 @@ fn classify<F: Fingerprint, const S: usize>(
     };
     if !would_drop {
         Outcome::Passed
-    } else if allowlisted(address) {
+    } else if allowlisted(config, address) {
         Outcome::Allowlisted
     } else if read(&config.mode) == mode::MONITOR {
         Outcome::WouldDrop
@@ -235,20 +235,26 @@ fn classify<F: Fingerprint, const S: usize>(
     }
 }
 
+/// Whether the address is in its family's allowlist; no trie lookup while
+/// the allowlist is empty.
 #[inline(always)]
-fn allowlisted(address: Address) -> bool {
+fn allowlisted(config: &Config, address: Address) -> bool {
     match address {
-        Address::V4(address) => ALLOW_V4.get(&Key::new(32, address.to_be_bytes())).is_some(),
+        Address::V4(address) => {
+            read(&config.allowlist_ipv4_entries) != 0
+                && ALLOW_V4.get(&Key::new(32, address.to_be_bytes())).is_some()
+        }
         Address::V6(address) => {
             let octets = ((address.high as u128) << 64 | address.low as u128).to_be_bytes();
-            ALLOW_V6.get(&Key::new(128, octets)).is_some()
+            read(&config.allowlist_ipv6_entries) != 0
+                && ALLOW_V6.get(&Key::new(128, octets)).is_some()
         }
     }
 }
 
-/// Asks the live prefilter, then probes the live filter at each active
-/// prefix length, longest first, stopping at the first hit; at most
-/// `MAX_PREFIX_LENGTHS` probes.
+/// Asks the live prefilter which active prefix lengths have keys in the
+/// address's block, then probes the live filter at each of them, longest
+/// first, stopping at the first hit; at most `MAX_PREFIX_LENGTHS` probes.
 #[inline(always)]
 fn listed<F: Fingerprint, const S: usize>(
     config: &Config,
@@ -259,11 +265,11 @@ fn listed<F: Fingerprint, const S: usize>(
     let Some(prefilter) = PREFILTERS.get(index) else {
         return false;
     };
-    let marked = match address {
-        Address::V4(address) => prefilter.marks_ipv4(address),
-        Address::V6(address) => prefilter.marks_ipv6(address.high),
+    let marked_lengths = match address {
+        Address::V4(address) => prefilter.ipv4_mask(address),
+        Address::V6(address) => prefilter.ipv6_mask(address.high),
     };
-    if !marked {
+    if marked_lengths == 0 {
         return false;
     }
     let profile = &config.profiles[index as usize];
@@ -279,6 +285,9 @@ fn listed<F: Fingerprint, const S: usize>(
     for (position, length) in lengths.iter().enumerate() {
         if position as u32 >= count {
             break;
+        }
+        if marked_lengths & (1 << position) == 0 {
+            continue;
         }
         let prefix_len = read(length);
         let key = match address {

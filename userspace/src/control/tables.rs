@@ -16,12 +16,11 @@
 //! [`KeyDiff::clear_bits`] (and `set_bits`) cannot know the other keys that
 //! mark a bit. So the bits set are every bit of every inserted key, and a
 //! bit stays set after its last key goes. A stale bit costs a packet of its
-//! block the normal probes, never a wrong answer; the next rebuild (attach,
-//! resize, a bulk change) installs exact bitmaps.
+//! block one probe, never a wrong answer; the next rebuild (attach, resize,
+//! a bulk change) installs an exact prefilter.
 
-use blocklist_ebpf::prefilter::{key_bits, PrefilterBit};
+use blocklist_ebpf::prefilter::key_bits;
 use filter_core::{CuckooFilter, NetKey};
-use std::collections::HashSet;
 
 use crate::filter_table::{FilterTable, TableFingerprint};
 use crate::loader::{filter_profile, BlocklistMaps, LoaderError};
@@ -138,8 +137,7 @@ fn apply_diff_as<F: TableFingerprint, const S: usize>(
     insert: &[NetKey],
     remove: &[NetKey],
 ) -> Result<(), TableOpError> {
-    let bits: HashSet<PrefilterBit> = insert.iter().flat_map(key_bits).collect();
-    maps.set_prefilter_bits(&bits.into_iter().collect::<Vec<_>>());
+    maps.mark_keys(insert);
     let mut filter = live_filter::<F, S>(maps)?;
     let seed = filter.seed();
     let used = filter.len();
@@ -171,12 +169,16 @@ fn live_contains_as<F: TableFingerprint, const S: usize>(
     keys: &[NetKey],
 ) -> Result<Vec<bool>, TableOpError> {
     let prefilter = maps.live_prefilter();
+    let profile = maps.live_profile();
     let filter = live_filter::<F, S>(maps)?;
     let seed = filter.seed();
     Ok(keys
         .iter()
         .map(|key| {
-            key_bits(key).all(|bit| prefilter.contains(bit)) && filter.contains_hash(key.hash(seed))
+            let lengths = profile.lengths(key.family());
+            lengths.contains(&key.prefix_len())
+                && key_bits(key, lengths).all(|bit| prefilter.contains(bit))
+                && filter.contains_hash(key.hash(seed))
         })
         .collect())
 }
