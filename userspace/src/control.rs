@@ -55,6 +55,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use aya::maps::MapData;
 use ipnet::IpNet;
 use serde::Serialize;
 
@@ -666,7 +667,7 @@ impl Control {
                     settings.seed = crate::loader::random_seed();
                 }
                 prepare_bpffs(&self.pin_dir)?;
-                let mut blocklist = self.load_filled(&settings, &plan)?;
+                let mut blocklist = self.load_filled(&settings, &plan, None)?;
                 if let Err(error) = blocklist.pin(&self.pin_dir) {
                     self.remove_pins();
                     return Err(error.into());
@@ -706,7 +707,15 @@ impl Control {
 
     /// Loads a new program sized by `settings`, with `plan` in its filter
     /// and the stored allowlist, mode and policy.
-    fn load_filled(&self, settings: &FilterSettings, plan: &KeyPlan) -> Result<Blocklist> {
+    /// Loads a program for `settings` and fills it with `plan` and the
+    /// stored allowlist; it counts into `counters` if given (see
+    /// [`Blocklist::load_counting_into`]).
+    fn load_filled(
+        &self,
+        settings: &FilterSettings,
+        plan: &KeyPlan,
+        counters: Option<&MapData>,
+    ) -> Result<Blocklist> {
         let shape = shape_of(settings)?;
         let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
         let options = LoadOptions {
@@ -716,7 +725,10 @@ impl Control {
                 ControlError::InvalidSetting(format!("a capacity of {capacity} keys is too large"))
             })?
         };
-        let mut blocklist = Blocklist::load(&options)?;
+        let mut blocklist = match counters {
+            Some(counters) => Blocklist::load_counting_into(&options, counters)?,
+            None => Blocklist::load(&options)?,
+        };
         tables::install_plan(blocklist.maps_mut(), plan, settings.seed)?;
         apply_live_settings(blocklist.maps(), settings);
         blocklist
@@ -1139,7 +1151,8 @@ impl Control {
     /// Loads a program whose filter holds `capacity` keys, fills it from the
     /// store, and swaps it in on every link atomically (each link switches
     /// from the old program to the new one; both hold every entry), then
-    /// pins it in place of the old one. Counters start again from zero.
+    /// pins it in place of the old one. The new program counts into the old
+    /// one's counter map, so the counts go on.
     pub fn resize(&mut self, capacity: u64) -> Result<TableSummary> {
         let old = open_pinned(&self.pin_dir)?;
         let mut settings = self.settings()?;
@@ -1147,7 +1160,7 @@ impl Control {
         settings.fingerprint_bits = old.shape().fingerprint_bits();
         settings.seed = old.live_profile().seed;
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
-        let mut blocklist = self.load_filled(&settings, &plan)?;
+        let mut blocklist = self.load_filled(&settings, &plan, Some(old.counters_map()?))?;
         let config = old.config();
         blocklist
             .maps()

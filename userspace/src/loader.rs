@@ -366,6 +366,20 @@ impl Blocklist {
     /// empty table of `options.bucket_count` buckets live (no prefix
     /// lengths: nothing is listed).
     pub fn load(options: &LoadOptions) -> Result<Self> {
+        Self::load_with(options, None)
+    }
+
+    /// Like [`Self::load`], but the new program counts into `counters`, the
+    /// counter map of another blocklist ([`BlocklistMaps::counters_map`]).
+    /// A program that takes over from another one (a resize) goes on
+    /// counting where the old one stopped: while the links switch over,
+    /// both programs add to the same per-CPU values, so no packet is lost
+    /// from the counts or counted twice.
+    pub fn load_counting_into(options: &LoadOptions, counters: &MapData) -> Result<Self> {
+        Self::load_with(options, Some(counters))
+    }
+
+    fn load_with(options: &LoadOptions, counters: Option<&MapData>) -> Result<Self> {
         let outer_name = options.shape.outer_map();
         let table = EmptyTable::create(options.shape, options.bucket_count)?;
         let outer = preload::create_outer_map(outer_name, table.map())
@@ -377,12 +391,21 @@ impl Blocklist {
             source,
         })?;
         let match_destination = u8::from(options.match_address == MatchAddress::Destination);
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global(MATCH_DESTINATION_GLOBAL, &match_destination, true)
             .map_max_entries(ALLOW_V4_MAP, options.allowlist_entries)
             .map_max_entries(ALLOW_V6_MAP, options.allowlist_entries)
-            .map_pin_path(outer_name, pin)
-            .load(BLOCKLIST_OBJECT)?;
+            .map_pin_path(outer_name, pin);
+        if let Some(counters) = counters {
+            let pin = bpffs.path().join(COUNTERS_MAP);
+            counters.pin(&pin).map_err(|source| LoaderError::Pin {
+                path: pin.clone(),
+                source,
+            })?;
+            loader.map_pin_path(COUNTERS_MAP, pin);
+        }
+        let mut ebpf = loader.load(BLOCKLIST_OBJECT)?;
         drop(bpffs);
         let name = options.shape.program();
         xdp_mut(&mut ebpf, name)?
@@ -743,6 +766,15 @@ impl BlocklistMaps {
                 .map_err(|source| LoaderError::Pin { path, source })?;
         }
         Ok(())
+    }
+
+    /// The per-CPU counter map, to hand to a program that takes over
+    /// ([`Blocklist::load_counting_into`]).
+    pub fn counters_map(&self) -> Result<&MapData> {
+        match &self.counters {
+            Map::PerCpuArray(data) => Ok(data),
+            _ => Err(LoaderError::MissingMap(COUNTERS_MAP)),
+        }
     }
 
     /// Buckets of every filter table of the program.

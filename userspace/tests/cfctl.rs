@@ -111,6 +111,26 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
         "not_listed"
     );
 
+    // A resize swaps in a larger program that counts on from the old
+    // program's counts.
+    cfctl.ok(&["resize", "--capacity", "40000"]);
+    cfctl.ok(&["verify"]);
+    for family in ["ipv4", "ipv6"] {
+        assert_eq!(
+            packets(&cfctl, "dropped", family),
+            DATAGRAMS + PINGS,
+            "{family} packets dropped before the resize"
+        );
+    }
+    check_traffic(&network, true);
+    for family in ["ipv4", "ipv6"] {
+        assert_eq!(
+            packets(&cfctl, "dropped", family),
+            2 * (DATAGRAMS + PINGS),
+            "{family} packets dropped before and after the resize"
+        );
+    }
+
     // And deletes them again, then adds them back.
     cfctl.ok(&["del", &listed_v4, &listed_v6]);
     check_traffic(&network, false);

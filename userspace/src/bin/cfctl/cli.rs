@@ -139,7 +139,7 @@ pub enum Command {
     /// Rebuild the filter with another capacity and swap it in with no gap.
     ///
     /// A new program with the larger filter replaces the old one on every
-    /// link atomically; counters start again from zero.
+    /// link atomically, and counts on from the old program's counters.
     Resize(ResizeArgs),
     /// Save a device's filter to its flash (devices only).
     Save,
