@@ -25,7 +25,11 @@
 //!    the inserts, then the removes ([`tables::apply_diff`]); the filter
 //!    core writes each relocation's destination before clearing its source,
 //!    so no listed key ever disappears, even for an instant;
-//! 4. commit.
+//! 4. commit;
+//! 5. clear the prefilter bits that no key marks any more. The plan of
+//!    step 2 knows only the entries around the change, so each bit it
+//!    would clear is checked against a plan of every stored entry that can
+//!    mark it (`Control::clear_unmarked_bits`).
 //!
 //! If the filter is full, the keys already inserted are removed again and
 //! the transaction is dropped: nothing is half-applied. If the plan needs
@@ -51,12 +55,14 @@ use std::collections::HashSet;
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aya::maps::MapData;
-use ipnet::IpNet;
+use blocklist_ebpf::prefilter::PrefilterBit;
+use filter_core::AddressFamily;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::Serialize;
 
 use crate::loader::{
@@ -78,6 +84,10 @@ const LINKS_DIR: &str = "links";
 /// (one copy into the map) rather than writing each key into the live one.
 pub const BULK_ENTRIES: usize = 50_000;
 /// How long to wait for another cfctl process to release the store.
+/// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
+/// cleared after a live update.
+const MAX_IPV6_SCAN: usize = 100_000;
+
 const STORE_WAIT: Duration = Duration::from_secs(30);
 /// Magic number of a bpffs in `statfs`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -363,6 +373,9 @@ pub struct VerifyReport {
     pub fingerprints: usize,
     /// Keys the live filter does not hold.
     pub missing_keys: usize,
+    /// Prefilter bits set that no key needs: not a problem (each costs the
+    /// packets of its block one probe), cleared by the next rebuild.
+    pub stale_prefilter_bits: usize,
     /// Problems found; empty when the filter matches the store.
     pub problems: Vec<String>,
 }
@@ -881,6 +894,9 @@ impl Control {
                     let _ = tables::revert_diff(&mut maps, &diff);
                     return Err(error.into());
                 }
+                // The change is committed and the filter right; should the
+                // check fail, the bits stay set, which only costs probes.
+                let _ = self.clear_unmarked_bits(&maps, &diff.clear_bits, limits);
                 report.filter = FilterUpdate::Incremental {
                     inserted: diff.insert.len(),
                     removed: diff.remove.len(),
@@ -966,6 +982,65 @@ impl Control {
         }
     }
 
+    /// Clears those of `candidates`, the prefilter bits that a plan of the
+    /// entries around a committed change no longer needs, that no stored
+    /// entry needs: each is checked against a plan of every entry that can
+    /// mark it. For an IPv4 bit (one /16 block) those are the entries
+    /// inside the block and the prefixes that contain it; IPv6 blocks share
+    /// bytes by hash, so for IPv6 bits they are all IPv6 entries, and the
+    /// bits stay set when there are more than [`MAX_IPV6_SCAN`] (a stale
+    /// bit costs one probe, never a wrong answer).
+    fn clear_unmarked_bits(
+        &self,
+        maps: &BlocklistMaps,
+        candidates: &[PrefilterBit],
+        limits: PlanLimits,
+    ) -> Result<()> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let mut markers = HashSet::new();
+        let mut ipv4_blocks = HashSet::new();
+        let mut check_ipv6 = false;
+        for bit in candidates {
+            match bit.family {
+                AddressFamily::Ipv4 => {
+                    if ipv4_blocks.insert(bit.block) {
+                        let block = Ipv4Net::new_assert(Ipv4Addr::from(bit.block << 16), 16);
+                        let containing = (0..16).filter_map(|len| {
+                            Ipv4Net::new(block.network(), len)
+                                .ok()
+                                .map(|net| net.trunc())
+                        });
+                        markers.extend(self.store.nets_within(ListKind::Blocklist, &block.into())?);
+                        markers.extend(
+                            self.store
+                                .existing(ListKind::Blocklist, containing.map(IpNet::V4))?,
+                        );
+                    }
+                }
+                AddressFamily::Ipv6 => check_ipv6 = true,
+            }
+        }
+        if check_ipv6 {
+            let every_ipv6 = IpNet::V6(Ipv6Net::default());
+            let ipv6 = self.store.nets_within(ListKind::Blocklist, &every_ipv6)?;
+            check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
+            if check_ipv6 {
+                markers.extend(ipv6);
+            }
+        }
+        let plan = KeyPlan::with_lengths(markers, live_lengths(maps), limits)?;
+        let unmarked: Vec<PrefilterBit> = candidates
+            .iter()
+            .copied()
+            .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
+            .filter(|&bit| plan.bit_references(bit) == 0)
+            .collect();
+        maps.clear_prefilter_bits(&unmarked);
+        Ok(())
+    }
+
     /// Best effort after a failed commit: the filter of the committed store.
     fn rebuild(&self, maps: &mut BlocklistMaps, limits: PlanLimits, seed: u64) {
         if let Ok(plan) = self
@@ -1045,6 +1120,7 @@ impl Control {
             keys: 0,
             fingerprints: tables::live_summary(&mut maps)?.fingerprints,
             missing_keys: 0,
+            stale_prefilter_bits: 0,
             problems: Vec::new(),
         };
         let plan = match KeyPlan::with_lengths(nets, live_lengths(&maps), settings.plan_limits) {
@@ -1057,6 +1133,12 @@ impl Control {
             }
         };
         report.keys = plan.key_count();
+        let (live, exact) = (maps.live_prefilter(), plan.prefilter());
+        report.stale_prefilter_bits = [AddressFamily::Ipv4, AddressFamily::Ipv6]
+            .into_iter()
+            .flat_map(|family| live.masks(family).iter().zip(exact.masks(family)))
+            .map(|(live, exact)| (live & !exact).count_ones() as usize)
+            .sum();
         let keys: Vec<_> = plan.keys().copied().collect();
         report.missing_keys = tables::live_contains(&mut maps, &keys)?
             .into_iter()

@@ -427,6 +427,23 @@ impl Store {
         Ok(found)
     }
 
+    /// The networks of `list` whose address lies inside `within` (of any
+    /// prefix length, `within` itself included), in address order.
+    pub fn nets_within(&self, list: ListKind, within: &IpNet) -> Result<Vec<IpNet>, StoreError> {
+        let txn = self.db.begin_read().in_store(self)?;
+        let table = txn.open_table(list.table()).in_store(self)?;
+        let mut first = encode_net(within);
+        first[17] = 0;
+        let mut last = encode_net(&IpNet::from(within.broadcast()));
+        last[17] = u8::MAX;
+        let mut nets = Vec::new();
+        for row in table.range(first..=last).in_store(self)? {
+            let (key, _) = row.in_store(self)?;
+            nets.push(self.decode_net(&key.value())?);
+        }
+        Ok(nets)
+    }
+
     /// The number of entries of `list`.
     pub fn entry_count(&self, list: ListKind) -> Result<u64, StoreError> {
         let txn = self.db.begin_read().in_store(self)?;

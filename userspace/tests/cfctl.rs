@@ -318,8 +318,62 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
     let report = control.verify().expect("verifying");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_eq!(report.entries, present.len() + FIXED.len());
+    assert_eq!(
+        report.stale_prefilter_bits, 0,
+        "the live prefilter is exactly the entries'"
+    );
     drop(control);
     cfctl.ok(&["verify"]);
+}
+
+#[test]
+fn deletes_clear_the_prefilter_bits_no_entry_needs() {
+    let (_network, cfctl) = attached(116, "bits", "1000");
+    let stale_bits = || {
+        cfctl.json(&["verify"])["stale_prefilter_bits"]
+            .as_u64()
+            .expect("a count")
+    };
+    let ipv4_block = |block: usize| {
+        BlocklistMaps::open_pinned(cfctl.pin_dir())
+            .expect("the pinned maps")
+            .live_prefilter()
+            .ipv4[block]
+    };
+    // Active IPv4 lengths [32, 24, 16]: bits 0, 1 and 2. Block 198.18/16
+    // holds a /32 and a /24 key.
+    cfctl.ok(&[
+        "add",
+        "198.18.1.0/24",
+        "198.18.2.7",
+        "198.19.0.0/16",
+        "2001:db8:1::/48",
+        "2001:db8:2::/48",
+    ]);
+    assert_eq!(ipv4_block(0xc612), 0b011);
+    cfctl.ok(&["del", "198.18.1.0/24"]);
+    assert_eq!(ipv4_block(0xc612), 0b001, "the /24 bit is cleared");
+    cfctl.ok(&["del", "198.18.2.7"]);
+    assert_eq!(ipv4_block(0xc612), 0, "the block is clear");
+    assert_eq!(ipv4_block(0xc613), 0b100, "198.19.0.0/16 keeps its bit");
+    // Both IPv6 entries are in one /32 block: its byte keeps the /48 bit
+    // until the second goes.
+    cfctl.ok(&["del", "2001:db8:1::/48"]);
+    assert_eq!(stale_bits(), 0);
+    let ipv6_bits = || {
+        BlocklistMaps::open_pinned(cfctl.pin_dir())
+            .expect("the pinned maps")
+            .live_prefilter()
+            .ipv6
+            .iter()
+            .map(|mask| mask.count_ones())
+            .sum::<u32>()
+    };
+    assert_eq!(ipv6_bits(), 1);
+    cfctl.ok(&["del", "2001:db8:2::/48"]);
+    assert_eq!(ipv6_bits(), 0);
+    assert_eq!(stale_bits(), 0);
+    assert!(cfctl.ok(&["check", "198.19.7.7"]).contains("listed"));
 }
 
 /// `count` distinct entries for crash round `round`: IPv4 hosts in

@@ -75,6 +75,55 @@ fn add_and_delete_report_what_changed() {
 }
 
 #[test]
+fn nets_within_a_prefix_are_those_whose_address_lies_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.add(
+        ListKind::Blocklist,
+        cli(&[
+            "198.17.255.255/32",
+            "198.18.0.0/15",
+            "198.18.0.0/16",
+            "198.18.7.0/24",
+            "198.18.255.255/32",
+            "198.19.0.0/32",
+            "2001:db8::/32",
+            "2001:db8:1::/48",
+            "2001:db9::1/128",
+        ]),
+    )
+    .unwrap();
+    txn.commit().unwrap();
+    let within = |prefix: &str| -> Vec<String> {
+        store
+            .nets_within(ListKind::Blocklist, &net(prefix))
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    // Any length, the prefix's own network included; not the /15 around it
+    // (its address is inside, so it is listed) nor the neighbours.
+    assert_eq!(
+        within("198.18.0.0/16"),
+        [
+            "198.18.0.0/15",
+            "198.18.0.0/16",
+            "198.18.7.0/24",
+            "198.18.255.255/32"
+        ]
+    );
+    assert_eq!(within("198.18.7.128/25"), Vec::<String>::new());
+    assert_eq!(
+        within("2001:db8::/32"),
+        ["2001:db8::/32", "2001:db8:1::/48"]
+    );
+    assert_eq!(within("::/0").len(), 3);
+    assert_eq!(within("0.0.0.0/0").len(), 6);
+}
+
+#[test]
 fn entries_keep_source_comment_and_time_and_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let list = parse_bytes(

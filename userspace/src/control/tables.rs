@@ -11,13 +11,13 @@
 //! undone in full when the filter is full), probe keys, and summarise the
 //! table. They neither read nor write the store.
 //!
-//! Live updates set bits and never clear them: the control plane plans a
-//! small change with a plan of only the entries around it, whose
+//! [`apply_diff`] sets bits and never clears them: the control plane plans
+//! a small change with a plan of only the entries around it, whose
 //! [`KeyDiff::clear_bits`] (and `set_bits`) cannot know the other keys that
-//! mark a bit. So the bits set are every bit of every inserted key, and a
-//! bit stays set after its last key goes. A stale bit costs a packet of its
-//! block one probe, never a wrong answer; the next rebuild (attach, resize,
-//! a bulk change) installs an exact prefilter.
+//! mark a bit. So the bits set are every bit of every inserted key, and the
+//! control plane clears bits itself once it has checked them against every
+//! entry that can mark them. A stale bit costs a packet of its block one
+//! probe, never a wrong answer.
 
 use blocklist_ebpf::prefilter::key_bits;
 use filter_core::{CuckooFilter, NetKey};

@@ -300,6 +300,13 @@ pub fn verify(report: &VerifyReport) {
             thousands(report.entries as u64)
         );
     }
+    if report.stale_prefilter_bits > 0 {
+        println!(
+            "note: {} prefilter bits are set that no key needs; each costs the packets of its \
+             block one filter probe until the filter is rebuilt (`cfctl attach IFACE`)",
+            thousands(report.stale_prefilter_bits as u64)
+        );
+    }
 }
 
 pub fn device_import(report: &DeviceImport) {
