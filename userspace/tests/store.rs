@@ -74,27 +74,30 @@ fn add_and_delete_report_what_changed() {
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
 }
 
-#[test]
-fn nets_within_a_prefix_are_those_whose_address_lies_inside_it() {
+/// A store in a new directory (keep it: dropping it removes the
+/// directory) whose blocklist is `nets`, added from the command line.
+fn store_listing(nets: &[&str]) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.add(
-        ListKind::Blocklist,
-        cli(&[
-            "198.17.255.255/32",
-            "198.18.0.0/15",
-            "198.18.0.0/16",
-            "198.18.7.0/24",
-            "198.18.255.255/32",
-            "198.19.0.0/32",
-            "2001:db8::/32",
-            "2001:db8:1::/48",
-            "2001:db9::1/128",
-        ]),
-    )
-    .unwrap();
+    txn.add(ListKind::Blocklist, cli(nets)).unwrap();
     txn.commit().unwrap();
+    (dir, store)
+}
+
+#[test]
+fn nets_within_a_prefix_are_those_whose_address_lies_inside_it() {
+    let (_dir, store) = store_listing(&[
+        "198.17.255.255/32",
+        "198.18.0.0/15",
+        "198.18.0.0/16",
+        "198.18.7.0/24",
+        "198.18.255.255/32",
+        "198.19.0.0/32",
+        "2001:db8::/32",
+        "2001:db8:1::/48",
+        "2001:db9::1/128",
+    ]);
     let within = |prefix: &str| -> Vec<String> {
         store
             .nets_within(ListKind::Blocklist, &net(prefix))
@@ -183,15 +186,7 @@ fn dropped_transactions_change_nothing() {
 
 #[test]
 fn replace_swaps_the_whole_set_and_keeps_time_added_of_kept_entries() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let mut txn = store.begin().unwrap();
-    txn.add(
-        ListKind::Blocklist,
-        cli(&["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]),
-    )
-    .unwrap();
-    txn.commit().unwrap();
+    let (_dir, store) = store_listing(&["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]);
     let before = store
         .entry(ListKind::Blocklist, &net("198.18.1.0/24"))
         .unwrap()
