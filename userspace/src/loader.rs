@@ -313,6 +313,10 @@ pub fn random_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
 }
 
+/// Bytes of a loaded program's block prefilters (one per profile), whatever
+/// the size of its filter.
+pub const PREFILTER_BYTES: usize = PROFILE_COUNT * size_of::<Prefilter>();
+
 /// A filter profile for a table of `bucket_count` buckets: lengths are
 /// deduplicated and sorted longest first.
 pub fn filter_profile(
@@ -709,14 +713,13 @@ impl BlocklistMaps {
         let Map::Array(prefilter_data) = &prefilter_map else {
             return Err(LoaderError::MissingMap(PREFILTER_MAP));
         };
-        let prefilters = MappedMap::new(
-            prefilter_data.fd().as_fd(),
-            PROFILE_COUNT * size_of::<Prefilter>(),
-        )
-        .map_err(|source| LoaderError::Mmap {
-            name: PREFILTER_MAP,
-            source,
-        })?;
+        let prefilters =
+            MappedMap::new(prefilter_data.fd().as_fd(), PREFILTER_BYTES).map_err(|source| {
+                LoaderError::Mmap {
+                    name: PREFILTER_MAP,
+                    source,
+                }
+            })?;
         let bucket_count = bucket_count.unwrap_or_else(|| {
             let live = config.read();
             live.profiles[live.active_profile as usize % PROFILE_COUNT].bucket_mask as usize + 1

@@ -14,6 +14,7 @@ use userspace::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, VerifyReport,
 };
+use userspace::loader::PREFILTER_BYTES;
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -239,11 +240,13 @@ pub fn status(status: &Status) {
         ),
         Some(filter) => {
             println!(
-                "filter       {}-bit fingerprints, {} buckets x {} slots, {}",
+                "filter       {}-bit fingerprints, {} buckets x {} slots, {} (+ {} of block \
+                 prefilters)",
                 status.fingerprint_bits,
                 thousands(filter.buckets as u64),
                 filter.slots / filter.buckets.max(1),
-                bytes(filter.bytes)
+                bytes(filter.bytes),
+                bytes(PREFILTER_BYTES)
             );
             println!(
                 "keys         {} ({:.2}% of slots)",
