@@ -938,27 +938,6 @@ impl BlocklistMaps {
         self.install(table.map(), &profile, &prefilter)
     }
 
-    /// Changes the live prefix lengths (keeping table and seed),
-    /// atomically. The prefilter's bits stand for positions in the length
-    /// list, so every marked block gets every new length's bit: packets of
-    /// marked blocks probe every length until the next rebuild.
-    pub fn set_prefix_lengths(&mut self, ipv4: &[u8], ipv6: &[u8]) -> Result<()> {
-        let live = self.live_profile();
-        let profile = filter_profile(live.seed, live.bucket_mask as usize + 1, ipv4, ipv6)?;
-        let table = self.live_table_map()?;
-        let mut prefilter = self.live_prefilter();
-        for family in [AddressFamily::Ipv4, AddressFamily::Ipv6] {
-            let unused_bits = u8::BITS - profile.lengths(family).len() as u32;
-            let every_length = u8::MAX.checked_shr(unused_bits).unwrap_or(0);
-            for mask in prefilter.masks_mut(family).iter_mut() {
-                if *mask != 0 {
-                    *mask = every_length;
-                }
-            }
-        }
-        self.install(&table, &profile, &prefilter)
-    }
-
     fn live_slot(&self) -> usize {
         self.config().active_profile as usize % PROFILE_COUNT
     }
