@@ -145,6 +145,18 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
     /// already in the storage are counted, so a table restored from memory
     /// keeps working; their hashes must have used `seed`.
     pub fn with_storage(buckets: B, seed: u64) -> Result<Self, StorageError> {
+        let mut filter = Self::with_storage_and_len(buckets, seed, 0)?;
+        filter.len = filter.count_occupied();
+        Ok(filter)
+    }
+
+    /// Like [`Self::with_storage`], but takes the number of stored items
+    /// from the caller instead of counting them, which reads every bucket:
+    /// for a short-lived handle on a large table, such as one update of a
+    /// live BPF map. A wrong `len` only makes [`Self::len`],
+    /// [`Self::load_factor`] and [`Self::expected_fpr`] wrong; lookups,
+    /// inserts and removes do not depend on it.
+    pub fn with_storage_and_len(buckets: B, seed: u64, len: usize) -> Result<Self, StorageError> {
         let () = Self::SLOTS_ARE_VALID;
         let count = buckets.bucket_count();
         if !count.is_power_of_two() {
@@ -153,16 +165,14 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
         if (count as u64).saturating_mul(SLOTS as u64) > 1 << 32 {
             return Err(StorageError::TooLarge(count));
         }
-        let mut filter = Self {
+        Ok(Self {
             buckets,
             seed,
-            len: 0,
+            len,
             max_kicks: None,
             random_state: 0,
             fingerprint: PhantomData,
-        };
-        filter.len = filter.count_occupied();
-        Ok(filter)
+        })
     }
 
     /// The storage, for reading the raw table.

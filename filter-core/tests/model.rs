@@ -171,6 +171,23 @@ fn the_model_runs_reach_full() {
     assert!(run_case::<u16, 4>(256, 1, 2, 4096) > 0);
 }
 
+#[test]
+fn a_table_reopened_with_a_given_len_answers_as_the_counted_one() {
+    let mut filter = CuckooFilter::<u16, 4, _>::with_storage(vec![[0u16; 4]; 256], 9).unwrap();
+    for item in 0..900u32 {
+        filter.insert(&item).unwrap();
+    }
+    let table = filter.into_storage();
+    let counted = CuckooFilter::<u16, 4, _>::with_storage(table.clone(), 9).unwrap();
+    assert_eq!(counted.len(), 900);
+    let mut given = CuckooFilter::<u16, 4, _>::with_storage_and_len(table, 9, 900).unwrap();
+    assert_eq!(given.len(), 900);
+    assert!((0..900u32).all(|item| given.contains(&item)));
+    assert!(given.remove(&5u32));
+    assert_eq!(given.len(), 899);
+    assert!(CuckooFilter::<u16, 4, _>::with_storage_and_len(vec![[0u16; 4]; 3], 9, 0).is_err());
+}
+
 /// Storage that checks, after every single slot write, that every item
 /// inserted so far is still found: what an XDP program reading live map
 /// memory during an update would see.

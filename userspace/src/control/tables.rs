@@ -138,17 +138,17 @@ fn apply_diff_as<F: TableFingerprint, const S: usize>(
     remove: &[NetKey],
 ) -> Result<(), TableOpError> {
     maps.mark_keys(insert);
-    let mut filter = live_filter::<F, S>(maps)?;
+    let mut filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
     let seed = filter.seed();
-    let used = filter.len();
     for (inserted, key) in insert.iter().enumerate() {
         if filter.insert_hash(key.hash(seed)).is_err() {
             for undone in insert[..inserted].iter().rev() {
                 filter.remove_hash(undone.hash(seed));
             }
+            let summary = live_summary_as::<F, S>(maps)?;
             return Err(TableOpError::Full {
-                wanted: used + insert.len(),
-                slots: filter.capacity(),
+                wanted: summary.fingerprints + insert.len(),
+                slots: summary.slots,
             });
         }
     }
@@ -170,7 +170,7 @@ fn live_contains_as<F: TableFingerprint, const S: usize>(
 ) -> Result<Vec<bool>, TableOpError> {
     let prefilter = maps.live_prefilter();
     let profile = maps.live_profile();
-    let filter = live_filter::<F, S>(maps)?;
+    let filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
     let seed = filter.seed();
     Ok(keys
         .iter()
@@ -191,7 +191,7 @@ pub fn live_summary(maps: &mut BlocklistMaps) -> Result<TableSummary, TableOpErr
 fn live_summary_as<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
 ) -> Result<TableSummary, TableOpError> {
-    let filter = live_filter::<F, S>(maps)?;
+    let filter = live_filter::<F, S>(maps, Occupancy::Counted)?;
     Ok(TableSummary {
         buckets: filter.bucket_count(),
         slots: filter.capacity(),
@@ -202,12 +202,26 @@ fn live_summary_as<F: TableFingerprint, const S: usize>(
     })
 }
 
+/// Whether a handle on the live table knows how many fingerprints it holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Occupancy {
+    /// Counted: reads every bucket, so every page of the mapping.
+    Counted,
+    /// Not counted (`len` starts at zero): for updates and lookups, which
+    /// touch a few buckets of a table of up to hundreds of megabytes.
+    Unknown,
+}
+
 /// The live table as a filter keyed with the live seed.
 fn live_filter<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
+    occupancy: Occupancy,
 ) -> Result<CuckooFilter<F, S, FilterTable<F, S>>, TableOpError> {
     let seed = maps.live_profile().seed;
     let table = maps.live_table::<F, S>()?;
-    CuckooFilter::with_storage(table, seed)
-        .map_err(|error| TableOpError::Storage(format!("{error:?}")))
+    match occupancy {
+        Occupancy::Counted => CuckooFilter::with_storage(table, seed),
+        Occupancy::Unknown => CuckooFilter::with_storage_and_len(table, seed, 0),
+    }
+    .map_err(|error| TableOpError::Storage(format!("{error:?}")))
 }
