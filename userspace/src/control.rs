@@ -56,6 +56,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -531,6 +532,14 @@ fn prepare_bpffs(dir: &Path) -> Result<()> {
     };
     let root = Path::new(BPFFS_ROOT);
     if dir.starts_with(root) && !is_bpffs(root) {
+        if let Some(namespace) = named_network_namespace() {
+            return Err(bpffs_error(io::Error::other(format!(
+                "nothing is mounted on {BPFFS_ROOT} in network namespace '{namespace}' (as under \
+                 `ip netns exec`, which gives each command its own /sys): a bpf filesystem \
+                 mounted now would vanish when cfctl exits, and the attachment with it; run \
+                 `nsenter --net=/run/netns/{namespace} cfctl ...`, which keeps the host's mounts"
+            ))));
+        }
         crate::preload::mount_bpffs(root).map_err(bpffs_error)?;
     }
     fs::create_dir_all(dir.join(LINKS_DIR)).map_err(bpffs_error)?;
@@ -540,6 +549,20 @@ fn prepare_bpffs(dir: &Path) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The name in `/run/netns` (where `ip netns` keeps them) of the network
+/// namespace this process runs in, if it has one.
+fn named_network_namespace() -> Option<String> {
+    let own = fs::metadata("/proc/self/ns/net").ok()?;
+    fs::read_dir("/run/netns")
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .find(|entry| {
+            fs::metadata(entry.path())
+                .is_ok_and(|named| named.dev() == own.dev() && named.ino() == own.ino())
+        })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
 }
 
 fn is_bpffs(path: &Path) -> bool {

@@ -376,6 +376,47 @@ fn deletes_clear_the_prefilter_bits_no_entry_needs() {
     assert!(cfctl.ok(&["check", "198.19.7.7"]).contains("listed"));
 }
 
+#[test]
+fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
+    let network = TestNetwork::new(117);
+    let cfctl = Cfctl::new("netns-exec");
+    let in_namespace = |runner: &str, runner_args: &[&str], args: &[&str]| {
+        let command = cfctl.command(args);
+        std::process::Command::new(runner)
+            .args(runner_args)
+            .arg(command.get_program())
+            .args(command.get_args())
+            .output()
+            .expect("running cfctl in the namespace")
+    };
+    // `ip netns exec` mounts a new /sys: a bpffs cfctl mounted there would
+    // vanish with it, and the attachment too.
+    let namespace = network.namespace.as_str();
+    let output = in_namespace(
+        "ip",
+        &["netns", "exec", namespace],
+        &["attach", &network.peer_link],
+    );
+    let line = expect_one_error_line(&output, "attach under ip netns exec");
+    let way_out = format!("nsenter --net=/run/netns/{namespace} cfctl");
+    assert!(line.contains(&way_out), "{line}");
+    assert!(!cfctl.pin_dir().exists(), "a refused attach left pins");
+    // The way out: nsenter enters only the network namespace.
+    let entered = format!("--net=/run/netns/{namespace}");
+    let output = in_namespace("nsenter", &[&entered], &["attach", &network.peer_link]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        cfctl.json(&["status"])["interfaces"][0]["interface"],
+        network.peer_link.as_str()
+    );
+    let output = in_namespace("nsenter", &[&entered], &["detach", "--all"]);
+    assert!(output.status.success());
+}
+
 /// `count` distinct entries for crash round `round`: IPv4 hosts in
 /// 198.18.0.0/15, IPv6 hosts in 2001:db8::/32.
 fn crash_list(dir: &Path, round: usize, count: usize) -> (PathBuf, HashSet<IpNet>) {

@@ -41,6 +41,8 @@ pub fn ip(args: &[&str]) {
 pub struct TestNetwork {
     pub namespace: String,
     pub host_link: String,
+    /// The veth end inside the namespace.
+    pub peer_link: String,
     subnet: u8,
 }
 
@@ -50,9 +52,10 @@ impl TestNetwork {
         let network = TestNetwork {
             namespace: format!("cfxdp{tag}"),
             host_link: format!("cfh{tag}"),
+            peer_link: format!("cfp{tag}"),
             subnet,
         };
-        let peer_link = format!("cfp{tag}");
+        let peer_link = network.peer_link.as_str();
         let ns = network.namespace.as_str();
         ip(&["netns", "add", ns]);
         ip(&[
@@ -65,7 +68,7 @@ impl TestNetwork {
             "veth",
             "peer",
             "name",
-            &peer_link,
+            peer_link,
             "address",
             PEER_MAC,
             "netns",
@@ -89,7 +92,7 @@ impl TestNetwork {
                 "add",
                 &format!("{}/24", network.v4(peer)),
                 "dev",
-                &peer_link,
+                peer_link,
             ]);
             ip(&[
                 "-n",
@@ -98,7 +101,7 @@ impl TestNetwork {
                 "add",
                 &format!("{}/64", network.v6(peer)),
                 "dev",
-                &peer_link,
+                peer_link,
                 "nodad",
             ]);
             for address in [network.v4(peer), network.v6(peer)] {
@@ -125,13 +128,13 @@ impl TestNetwork {
                 "lladdr",
                 HOST_MAC,
                 "dev",
-                &peer_link,
+                peer_link,
                 "nud",
                 "permanent",
             ]);
         }
         ip(&["link", "set", host, "up"]);
-        ip(&["-n", ns, "link", "set", &peer_link, "up"]);
+        ip(&["-n", ns, "link", "set", peer_link, "up"]);
         ip(&["-n", ns, "link", "set", "lo", "up"]);
         network
     }
