@@ -775,12 +775,7 @@ impl Control {
 
     /// The stored allowlist as (address, prefix length) pairs.
     fn stored_allowlist(&self) -> Result<Vec<(IpAddr, u8)>> {
-        Ok(self
-            .store
-            .nets(ListKind::Allowlist)?
-            .into_iter()
-            .map(|net| (net.network(), net.prefix_len()))
-            .collect())
+        Ok(address_pairs(&self.store.nets(ListKind::Allowlist)?))
     }
 
     /// Removes the pinned program and maps: every pin but the links.
@@ -889,9 +884,10 @@ impl Control {
             return Ok(report);
         }
         if list == ListKind::Allowlist {
-            change_allowlist(&mut maps, &added, &removed)?;
+            let (added, removed) = (address_pairs(&added), address_pairs(&removed));
+            maps.update_allowlist(&added, &removed)?;
             if let Err(error) = txn.commit() {
-                let _ = change_allowlist(&mut maps, &removed, &added);
+                let _ = maps.update_allowlist(&removed, &added);
                 return Err(error.into());
             }
             report.filter = FilterUpdate::Allowlist;
@@ -1297,21 +1293,11 @@ fn counted<'a>(
     })
 }
 
-/// Adds `allow` to the allowlist map and removes `disallow` from it. If an
-/// add fails (the map is full), the adds before it are taken back.
-fn change_allowlist(maps: &mut BlocklistMaps, allow: &[IpNet], disallow: &[IpNet]) -> Result<()> {
-    for (index, net) in allow.iter().enumerate() {
-        if let Err(error) = maps.allow(net.network(), net.prefix_len()) {
-            for done in &allow[..index] {
-                let _ = maps.disallow(done.network(), done.prefix_len());
-            }
-            return Err(error.into());
-        }
-    }
-    for net in disallow {
-        maps.disallow(net.network(), net.prefix_len())?;
-    }
-    Ok(())
+/// Networks as the (address, prefix length) pairs the allowlist takes.
+fn address_pairs(nets: &[IpNet]) -> Vec<(IpAddr, u8)> {
+    nets.iter()
+        .map(|net| (net.network(), net.prefix_len()))
+        .collect()
 }
 
 /// The fingerprint shape of `settings`.

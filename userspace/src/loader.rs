@@ -1097,16 +1097,52 @@ impl BlocklistMaps {
 
     /// Adds `address/prefix_len` to the allowlist.
     pub fn allow(&mut self, address: IpAddr, prefix_len: u8) -> Result<()> {
-        let result = self.change_allowlist(address, prefix_len, true);
-        self.count_allowlist(family_of(address))?;
-        result
+        self.update_allowlist(&[(address, prefix_len)], &[])
     }
 
     /// Removes `address/prefix_len` from the allowlist.
     pub fn disallow(&mut self, address: IpAddr, prefix_len: u8) -> Result<()> {
-        let result = self.change_allowlist(address, prefix_len, false);
-        self.count_allowlist(family_of(address))?;
+        self.update_allowlist(&[], &[(address, prefix_len)])
+    }
+
+    /// Adds the `allow` entries (address, prefix length) to the allowlist,
+    /// then removes the `disallow` ones, and stores the entry counts of the
+    /// families changed once, at the end. If an add fails (the trie is
+    /// full), the adds before it are taken back and nothing is removed.
+    pub fn update_allowlist(
+        &mut self,
+        allow: &[(IpAddr, u8)],
+        disallow: &[(IpAddr, u8)],
+    ) -> Result<()> {
+        let result = self.apply_allowlist_changes(allow, disallow);
+        let families: HashSet<AddressFamily> = allow
+            .iter()
+            .chain(disallow)
+            .map(|&(address, _)| family_of(address))
+            .collect();
+        for family in families {
+            self.count_allowlist(family)?;
+        }
         result
+    }
+
+    fn apply_allowlist_changes(
+        &mut self,
+        allow: &[(IpAddr, u8)],
+        disallow: &[(IpAddr, u8)],
+    ) -> Result<()> {
+        for (index, &(address, prefix_len)) in allow.iter().enumerate() {
+            if let Err(error) = self.change_allowlist(address, prefix_len, true) {
+                for &(done, done_len) in &allow[..index] {
+                    let _ = self.change_allowlist(done, done_len, false);
+                }
+                return Err(error);
+            }
+        }
+        for &(address, prefix_len) in disallow {
+            self.change_allowlist(address, prefix_len, false)?;
+        }
+        Ok(())
     }
 
     /// Makes the allowlist exactly `entries` (address, prefix length):
