@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use aya::maps::MapData;
 use blocklist_ebpf::prefilter::PrefilterBit;
 use filter_core::AddressFamily;
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv6Net};
 use serde::Serialize;
 
 use crate::loader::{
@@ -985,10 +985,7 @@ impl Control {
             if expansion.is_none_or(|size| candidates.len() + size > MAX_CANDIDATES) {
                 return Ok(None);
             }
-            candidates.extend(
-                (shortest..=len)
-                    .filter_map(|len| IpNet::new(net.network(), len).ok().map(|net| net.trunc())),
-            );
+            candidates.extend(prefixes_of(net.network(), shortest..=len));
             for sub_len in len + 1..=target {
                 candidates.extend(net.subnets(sub_len).into_iter().flatten());
             }
@@ -1025,17 +1022,11 @@ impl Control {
             match bit.family {
                 AddressFamily::Ipv4 => {
                     if ipv4_blocks.insert(bit.block) {
-                        let block = Ipv4Net::new_assert(Ipv4Addr::from(bit.block << 16), 16);
-                        let containing = (0..16).filter_map(|len| {
-                            Ipv4Net::new(block.network(), len)
-                                .ok()
-                                .map(|net| net.trunc())
-                        });
-                        markers.extend(self.store.nets_within(ListKind::Blocklist, &block.into())?);
-                        markers.extend(
-                            self.store
-                                .existing(ListKind::Blocklist, containing.map(IpNet::V4))?,
-                        );
+                        let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
+                        let block = IpNet::new_assert(first, 16);
+                        let containing = prefixes_of(first, 0..16);
+                        markers.extend(self.store.nets_within(ListKind::Blocklist, &block)?);
+                        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
                     }
                 }
                 AddressFamily::Ipv6 => check_ipv6 = true,
@@ -1078,9 +1069,7 @@ impl Control {
             IpAddr::V4(_) => 32,
             IpAddr::V6(_) => 128,
         };
-        let prefixes = (0..=max)
-            .rev()
-            .filter_map(|len| IpNet::new(address, len).ok().map(|net| net.trunc()));
+        let prefixes = prefixes_of(address, (0..=max).rev());
         let mut covering = Vec::new();
         for net in self.store.existing(list, prefixes)? {
             covering.extend(self.store.entry(list, &net)?);
@@ -1291,6 +1280,17 @@ fn counted<'a>(
         }
         *entry
     })
+}
+
+/// The prefixes of `address` at each of `lengths` (those longer than the
+/// address are skipped).
+fn prefixes_of(
+    address: IpAddr,
+    lengths: impl IntoIterator<Item = u8>,
+) -> impl Iterator<Item = IpNet> {
+    lengths
+        .into_iter()
+        .filter_map(move |len| IpNet::new(address, len).ok().map(|net| net.trunc()))
 }
 
 /// Networks as the (address, prefix length) pairs the allowlist takes.
