@@ -56,7 +56,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -84,12 +84,13 @@ const LINKS_DIR: &str = "links";
 /// Changes of at least this many entries build a new table and swap it in
 /// (one copy into the map) rather than writing each key into the live one.
 pub const BULK_ENTRIES: usize = 50_000;
-/// How long to wait for another cfctl process to release the store.
 /// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
 /// cleared after a live update.
 const MAX_IPV6_SCAN: usize = 100_000;
-
+/// How long to wait for another cfctl process to release the store.
 const STORE_WAIT: Duration = Duration::from_secs(30);
+/// How long to wait for the store before saying who holds it.
+pub const STORE_NOTICE: Duration = Duration::from_secs(1);
 /// Magic number of a bpffs in `statfs`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Where bpffs is normally mounted.
@@ -101,6 +102,19 @@ pub enum ControlError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another process kept the store for longer than cfctl waits.
+    #[error(
+        "the state store {} is still in use by another cfctl ({holders}) after {} s; try again \
+         when it has finished",
+        .path.display(),
+        STORE_WAIT.as_secs()
+    )]
+    StoreBusy {
+        /// The store file.
+        path: PathBuf,
+        /// Who has it open, as [`processes_holding`] says.
+        holders: String,
+    },
     /// Loading, attaching or a map operation failed.
     #[error(transparent)]
     Loader(#[from] LoaderError),
@@ -110,6 +124,16 @@ pub enum ControlError {
     /// The filter is full or unusable.
     #[error(transparent)]
     Table(#[from] TableOpError),
+    /// The filter is full; the message says what to do.
+    #[error("the filter is full: {wanted} filter keys do not fit in its {slots} slots; {way_out}")]
+    Full {
+        /// Keys the table would have had to hold.
+        wanted: usize,
+        /// Slots of the table.
+        slots: usize,
+        /// What makes the keys fit.
+        way_out: String,
+    },
     /// Nothing is pinned in the pin directory.
     #[error("no blocklist is attached (nothing pinned in {}); run `cfctl attach IFACE` first", .0.display())]
     NotAttached(PathBuf),
@@ -147,6 +171,13 @@ pub enum ControlError {
     /// An invalid setting.
     #[error("{0}")]
     InvalidSetting(String),
+    /// An entry for every address of a family, without `--force`.
+    #[error(
+        "{net} covers every {family} address; add --force if that is what you mean",
+        net = .0,
+        family = if .0.addr().is_ipv4() { "IPv4" } else { "IPv6" }
+    )]
+    WholeFamily(IpNet),
 }
 
 type Result<T, E = ControlError> = std::result::Result<T, E>;
@@ -226,6 +257,117 @@ pub fn fingerprint_bits_for_fpr(fpr: f64) -> Result<u32> {
         })
 }
 
+/// Bytes of one filter table for `capacity` keys of `shape`, if a table
+/// can be that large: its bucket count must be a power of two a BPF array
+/// can hold.
+fn table_bytes(capacity: u64, shape: FilterShape) -> Option<usize> {
+    let capacity = usize::try_from(capacity).ok()?;
+    let buckets = filter_core::sizing::cuckoo_buckets(capacity, shape.slots())?;
+    if buckets > 1 << 31 {
+        return None;
+    }
+    buckets.checked_mul(shape.bucket_bytes())
+}
+
+/// Checks a filter capacity before anything is built: at least one key,
+/// and a table that a BPF array can hold and that fits this machine's
+/// available memory three times (the live table, the new one, and the copy
+/// it is built in while it is swapped in). One rule for `attach` and
+/// `resize`.
+pub fn check_capacity(capacity: u64, shape: FilterShape) -> Result<()> {
+    if capacity == 0 {
+        return Err(ControlError::InvalidSetting(
+            "the capacity must be at least 1 key".to_owned(),
+        ));
+    }
+    let too_large = |why: String| {
+        ControlError::InvalidSetting(format!("a capacity of {capacity} keys is too large: {why}"))
+    };
+    let Some(bytes) = table_bytes(capacity, shape) else {
+        return Err(too_large(format!(
+            "a filter of {}-bit fingerprints holds at most about {} keys",
+            shape.fingerprint_bits(),
+            (1u64 << 31) * shape.slots() as u64
+        )));
+    };
+    let available = available_memory();
+    if available.is_some_and(|available| bytes.saturating_mul(3) > available) {
+        return Err(too_large(format!(
+            "its table takes {} MiB, three times that while a new table is swapped in, and \
+             this machine has {} MiB available",
+            bytes >> 20,
+            available.unwrap_or_default() >> 20
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn available_memory() -> Option<usize> {
+    let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<usize>()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// `error` with the way out of a full filter: `way_out(keys)` for the
+/// number of keys to make room for; other errors as they are.
+fn with_way_out(error: TableOpError, way_out: impl FnOnce(usize) -> String) -> ControlError {
+    match error {
+        TableOpError::Full { wanted, slots } => ControlError::Full {
+            wanted,
+            slots,
+            way_out: way_out(wanted),
+        },
+        other => ControlError::Table(other),
+    }
+}
+
+/// A capacity with room to spare for `keys` filter keys.
+fn roomy_capacity(keys: usize) -> usize {
+    keys.saturating_add(keys / 4).max(1)
+}
+
+/// The way out when the filter being built for `attach` or `resize` is too
+/// small for the stored entries.
+fn larger_capacity(keys: usize) -> String {
+    format!(
+        "the stored entries need a larger --capacity (at least {})",
+        roomy_capacity(keys)
+    )
+}
+
+/// The way out when the attached filter cannot take more keys.
+fn resize_way_out(keys: usize) -> String {
+    format!(
+        "make it larger with `cfctl resize --capacity {}`",
+        roomy_capacity(keys)
+    )
+}
+
+/// The entries of `nets` that list every address of their family
+/// (`0.0.0.0/0`, `::/0`), which cfctl adds only when `force` is set: a
+/// blocklist entry that drops every packet of a family, or an allowlist
+/// entry that lets every one through, is more often a slip than a wish.
+/// Returns them, so the caller can warn when forced.
+pub fn whole_families(nets: &[IpNet], force: bool) -> Result<Vec<IpNet>> {
+    let whole: Vec<IpNet> = nets
+        .iter()
+        .copied()
+        .filter(|net| net.prefix_len() == 0)
+        .collect();
+    match whole.first() {
+        Some(net) if !force => Err(ControlError::WholeFamily(*net)),
+        _ => Ok(whole),
+    }
+}
+
 /// One interface cfctl is attached to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Attachment {
@@ -279,6 +421,53 @@ pub enum Change<'a> {
     Replace(&'a [NewEntry<'a>]),
 }
 
+/// A change with each network once (the first of its entries kept).
+enum UniqueChange<'a> {
+    Add(Vec<NewEntry<'a>>),
+    Delete(Vec<IpNet>),
+    Replace(Vec<NewEntry<'a>>),
+}
+
+impl<'a> Change<'a> {
+    /// The change without entries given again, and how many were.
+    fn without_repeats(self) -> (UniqueChange<'a>, usize) {
+        fn first_of_each<T: Copy>(items: &[T], net: impl Fn(&T) -> IpNet) -> (Vec<T>, usize) {
+            let mut seen = HashSet::with_capacity(items.len());
+            let unique: Vec<T> = items
+                .iter()
+                .copied()
+                .filter(|item| seen.insert(net(item)))
+                .collect();
+            let repeated = items.len() - unique.len();
+            (unique, repeated)
+        }
+        match self {
+            Change::Add(entries) => {
+                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
+                (UniqueChange::Add(unique), repeated)
+            }
+            Change::Delete(nets) => {
+                let (unique, repeated) = first_of_each(nets, |net| *net);
+                (UniqueChange::Delete(unique), repeated)
+            }
+            Change::Replace(entries) => {
+                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
+                (UniqueChange::Replace(unique), repeated)
+            }
+        }
+    }
+}
+
+impl UniqueChange<'_> {
+    fn operation(&self) -> &'static str {
+        match self {
+            UniqueChange::Add(_) => "add",
+            UniqueChange::Delete(_) => "delete",
+            UniqueChange::Replace(_) => "replace",
+        }
+    }
+}
+
 /// How a change reached the filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -306,6 +495,10 @@ pub enum FilterUpdate {
 /// What a change did.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChangeReport {
+    /// `add`, `delete` or `replace`.
+    pub operation: &'static str,
+    /// Entries given more than once: each was taken once.
+    pub repeated: usize,
     /// Entries added.
     pub added: usize,
     /// Entries deleted (or removed by a replace).
@@ -489,6 +682,40 @@ fn live_lengths(maps: &BlocklistMaps) -> ActiveLengths {
     ActiveLengths::new(&ipv4, &ipv6).unwrap_or_default()
 }
 
+/// The processes other than this one that have `path` open, as
+/// `pid N: command line` (found through `/proc/*/fd`), or `pid unknown`.
+fn processes_holding(path: &Path) -> String {
+    let own = std::process::id().to_string();
+    let holders: Vec<String> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|byte| byte.is_ascii_digit()) && *pid != own)
+        .filter(|pid| {
+            fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .filter_map(|fd| fd.ok())
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target == path))
+        })
+        .map(|pid| {
+            let command = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let words: Vec<_> = command
+                .split(|&byte| byte == 0)
+                .filter(|word| !word.is_empty())
+                .map(String::from_utf8_lossy)
+                .collect();
+            format!("pid {pid}: {}", crate::text::excerpt(&words.join(" ")))
+        })
+        .collect();
+    if holders.is_empty() {
+        "pid unknown".to_owned()
+    } else {
+        holders.join("; ")
+    }
+}
+
 /// The kernel's index of interface `name`.
 fn interface_index(name: &str) -> Result<u32> {
     let c_name = CString::new(name).map_err(|_| ControlError::NoInterface(name.to_owned()))?;
@@ -532,17 +759,23 @@ fn prepare_bpffs(dir: &Path) -> Result<()> {
     };
     let root = Path::new(BPFFS_ROOT);
     if dir.starts_with(root) && !is_bpffs(root) {
-        if let Some(namespace) = named_network_namespace() {
+        if mount_namespace_ends_with_this_process() {
+            let namespace = named_network_namespace().unwrap_or_else(|| "NAME".to_owned());
             return Err(bpffs_error(io::Error::other(format!(
-                "nothing is mounted on {BPFFS_ROOT} in network namespace '{namespace}' (as under \
-                 `ip netns exec`, which gives each command its own /sys): a bpf filesystem \
-                 mounted now would vanish when cfctl exits, and the attachment with it; run \
-                 `nsenter --net=/run/netns/{namespace} cfctl ...`, which keeps the host's mounts"
+                "nothing is mounted on {BPFFS_ROOT}, and this process has a mount namespace of \
+                 its own (as under `ip netns exec`, which gives each command its own /sys): a \
+                 bpf filesystem mounted now would vanish when cfctl exits, and the attachment \
+                 with it; enter only the network namespace instead: \
+                 `nsenter --net=/run/netns/{namespace} cfctl ...`"
             ))));
         }
         crate::preload::mount_bpffs(root).map_err(bpffs_error)?;
     }
-    fs::create_dir_all(dir.join(LINKS_DIR)).map_err(bpffs_error)?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir.join(LINKS_DIR))
+        .map_err(bpffs_error)?;
     if !is_bpffs(dir) {
         return Err(bpffs_error(io::Error::other(
             "it is not on a bpf filesystem (mount one with `mount -t bpf bpf DIR`)",
@@ -551,17 +784,46 @@ fn prepare_bpffs(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether a mount made now would vanish when this process exits: it runs
+/// in a mount namespace other than init's that no other process shares (as
+/// under `ip netns exec NS cfctl`, or `unshare -m cfctl`). In init's mount
+/// namespace (also under `nsenter --net`), or in one a shell or service
+/// around cfctl lives in, a mount outlives cfctl.
+fn mount_namespace_ends_with_this_process() -> bool {
+    let Some(own) = namespace_id(Path::new("/proc/self/ns/mnt")) else {
+        return false;
+    };
+    if namespace_id(Path::new("/proc/1/ns/mnt")) == Some(own) {
+        return false;
+    }
+    let own_pid = std::process::id().to_string();
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return false;
+    };
+    !processes
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name())
+        .filter(|name| name.as_encoded_bytes().iter().all(u8::is_ascii_digit))
+        .filter(|name| name.as_encoded_bytes() != own_pid.as_bytes())
+        .any(|pid| namespace_id(&Path::new("/proc").join(pid).join("ns/mnt")) == Some(own))
+}
+
+/// The (device, inode) pair that identifies the namespace behind a
+/// `/proc/PID/ns/*` link.
+fn namespace_id(link: &Path) -> Option<(u64, u64)> {
+    fs::metadata(link)
+        .ok()
+        .map(|namespace| (namespace.dev(), namespace.ino()))
+}
+
 /// The name in `/run/netns` (where `ip netns` keeps them) of the network
 /// namespace this process runs in, if it has one.
 fn named_network_namespace() -> Option<String> {
-    let own = fs::metadata("/proc/self/ns/net").ok()?;
+    let own = namespace_id(Path::new("/proc/self/ns/net"))?;
     fs::read_dir("/run/netns")
         .ok()?
         .filter_map(|entry| entry.ok())
-        .find(|entry| {
-            fs::metadata(entry.path())
-                .is_ok_and(|named| named.dev() == own.dev() && named.ino() == own.ino())
-        })
+        .find(|entry| namespace_id(&entry.path()) == Some(own))
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
 }
 
@@ -591,10 +853,29 @@ impl Control {
     /// Opens the store in `state_dir` (waiting up to 30 s for another
     /// cfctl process to finish) for the blocklist pinned in `pin_dir`.
     pub fn open(pin_dir: &Path, state_dir: &Path) -> Result<Self> {
-        let deadline = Instant::now() + STORE_WAIT;
+        Self::open_waiting(pin_dir, state_dir, &|_| {})
+    }
+
+    /// [`Control::open`], calling `waiting` once with a line saying which
+    /// process holds the store if it is still busy after [`STORE_NOTICE`].
+    pub fn open_waiting(pin_dir: &Path, state_dir: &Path, waiting: &dyn Fn(&str)) -> Result<Self> {
+        let started = Instant::now();
+        let mut told = false;
         let store = loop {
             match Store::open(state_dir) {
-                Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
+                Err(StoreError::Busy { path }) => {
+                    if started.elapsed() >= STORE_WAIT {
+                        let holders = processes_holding(&path);
+                        return Err(ControlError::StoreBusy { path, holders });
+                    }
+                    if !told && started.elapsed() >= STORE_NOTICE {
+                        waiting(&format!(
+                            "waiting for another cfctl ({}) to finish with {}",
+                            processes_holding(&path),
+                            path.display()
+                        ));
+                        told = true;
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 result => break result?,
@@ -693,7 +974,8 @@ impl Control {
         let loaded = match pinned {
             Some(mut maps) => {
                 settings.seed = maps.live_profile().seed;
-                tables::install_plan(&mut maps, &plan, settings.seed)?;
+                tables::install_plan(&mut maps, &plan, settings.seed)
+                    .map_err(|error| with_way_out(error, resize_way_out))?;
                 maps.set_allowlist(&self.stored_allowlist()?)?;
                 apply_live_settings(&maps, &settings);
                 false
@@ -761,11 +1043,21 @@ impl Control {
                 ControlError::InvalidSetting(format!("a capacity of {capacity} keys is too large"))
             })?
         };
+        // Keys that cannot fit fail before anything is loaded.
+        let slots = options.bucket_count.saturating_mul(shape.slots());
+        if plan.key_count() > slots {
+            let full = TableOpError::Full {
+                wanted: plan.key_count(),
+                slots,
+            };
+            return Err(with_way_out(full, larger_capacity));
+        }
         let mut blocklist = match counters {
             Some(counters) => Blocklist::load_counting_into(&options, counters)?,
             None => Blocklist::load(&options)?,
         };
-        tables::install_plan(blocklist.maps_mut(), plan, settings.seed)?;
+        tables::install_plan(blocklist.maps_mut(), plan, settings.seed)
+            .map_err(|error| with_way_out(error, larger_capacity))?;
         apply_live_settings(blocklist.maps(), settings);
         blocklist
             .maps_mut()
@@ -844,7 +1136,10 @@ impl Control {
         progress: &dyn Progress,
     ) -> Result<ChangeReport> {
         let mut txn = self.store.begin()?;
+        let (change, repeated) = change.without_repeats();
         let mut report = ChangeReport {
+            operation: change.operation(),
+            repeated,
             added: 0,
             deleted: 0,
             kept: 0,
@@ -852,19 +1147,19 @@ impl Control {
             not_listed: Vec::new(),
             filter: FilterUpdate::NotAttached,
         };
-        let (added, removed, replace) = match change {
-            Change::Add(entries) => {
+        let (added, removed, replace) = match &change {
+            UniqueChange::Add(entries) => {
                 progress.start("storing entries", entries.len() as u64);
                 let stored = txn.add(list, counted(entries, progress))?;
                 report.already_listed = stored.already_listed;
                 (stored.added, Vec::new(), false)
             }
-            Change::Delete(nets) => {
+            UniqueChange::Delete(nets) => {
                 let stored = txn.delete(list, nets.iter().copied())?;
                 report.not_listed = stored.missing;
                 (Vec::new(), stored.deleted, false)
             }
-            Change::Replace(entries) => {
+            UniqueChange::Replace(entries) => {
                 progress.start("storing entries", entries.len() as u64);
                 let stored = txn.replace(list, counted(entries, progress))?;
                 report.kept = stored.kept;
@@ -907,7 +1202,8 @@ impl Control {
         match incremental {
             Some(Ok(diff)) => {
                 progress.start("writing the live filter", 0);
-                tables::apply_diff(&mut maps, &diff)?;
+                tables::apply_diff(&mut maps, &diff)
+                    .map_err(|error| with_way_out(error, resize_way_out))?;
                 progress.start("committing", 0);
                 if let Err(error) = txn.commit() {
                     let _ = tables::revert_diff(&mut maps, &diff);
@@ -927,8 +1223,8 @@ impl Control {
             // A bulk change, a rebuild the plan asks for, or a live filter
             // whose lengths no longer fit the store: build it anew.
             _ => {
-                let plan = match change {
-                    Change::Replace(new) => {
+                let plan = match &change {
+                    UniqueChange::Replace(new) => {
                         KeyPlan::build(new.iter().map(|entry| entry.net), limits)?
                     }
                     _ => {
@@ -939,7 +1235,8 @@ impl Control {
                     }
                 };
                 progress.start("building and swapping in the new filter", 0);
-                tables::install_plan(&mut maps, &plan, seed)?;
+                tables::install_plan(&mut maps, &plan, seed)
+                    .map_err(|error| with_way_out(error, resize_way_out))?;
                 progress.start("committing", 0);
                 if let Err(error) = txn.commit() {
                     self.rebuild(&mut maps, limits, seed);
@@ -1245,6 +1542,7 @@ impl Control {
     /// one's counter map, so the counts go on.
     pub fn resize(&mut self, capacity: u64) -> Result<TableSummary> {
         let old = open_pinned(&self.pin_dir)?;
+        check_capacity(capacity, old.shape())?;
         let mut settings = self.settings()?;
         settings.capacity = capacity;
         settings.fingerprint_bits = old.shape().fingerprint_bits();
@@ -1313,17 +1611,12 @@ fn shape_of(settings: &FilterSettings) -> Result<FilterShape> {
 /// Applies `options` to `settings`.
 fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Result<()> {
     if let Some(capacity) = options.capacity {
-        if capacity == 0 {
-            return Err(ControlError::InvalidSetting(
-                "the capacity must be at least 1 key".to_owned(),
-            ));
-        }
         settings.capacity = capacity;
     }
     if let Some(bits) = options.fingerprint_bits {
         settings.fingerprint_bits = bits;
-        shape_of(settings)?;
     }
+    check_capacity(settings.capacity, shape_of(settings)?)?;
     if let Some(match_address) = options.match_address {
         settings.match_address = match_address;
     }

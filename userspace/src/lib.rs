@@ -31,6 +31,7 @@ pub mod plan;
 pub mod preload;
 pub mod store;
 pub mod test_run;
+pub mod text;
 
 pub use blocklist_ebpf::{Family, FilterProfile, FilterShape, Outcome};
 pub use filter_table::FilterTable;

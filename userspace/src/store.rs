@@ -39,6 +39,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -272,21 +273,39 @@ impl Store {
     /// The store's file name inside the state directory.
     pub const FILE_NAME: &'static str = "cfctl.redb";
 
-    /// Opens the store in `state_dir`, creating the directory and an empty
-    /// store if needed, and recovering from an interrupted transaction.
+    /// Opens the store in `state_dir`, creating the directory (mode 0700)
+    /// and an empty store (mode 0600) if needed, whatever the umask, and
+    /// recovering from an interrupted transaction.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        fs::create_dir_all(state_dir).map_err(|source| StoreError::CreateDir {
-            path: state_dir.to_owned(),
-            source,
-        })?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state_dir)
+            .map_err(|source| StoreError::CreateDir {
+                path: state_dir.to_owned(),
+                source,
+            })?;
         let path = state_dir.join(Self::FILE_NAME);
-        let db = Database::create(&path).map_err(|error| match error {
+        let database_error = |error: DatabaseError| match error {
             DatabaseError::DatabaseAlreadyOpen => StoreError::Busy { path: path.clone() },
             other => StoreError::Database {
                 path: path.clone(),
                 source: other.into(),
             },
-        })?;
+        };
+        // Created here with its mode, so that redb finds an empty file to
+        // start a store in.
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(database_error(DatabaseError::Storage(error.into()))),
+        }
+        let db = Database::create(&path).map_err(database_error)?;
         let store = Self { db, path };
         store.initialise()?;
         Ok(store)

@@ -103,11 +103,11 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
             "{family} packets dropped"
         );
     }
-    let check = cfctl.json(&["check", &listed_v4]);
+    let check = cfctl.check(&listed_v4);
     assert_eq!(check["verdict"], "listed");
     assert_eq!(check["covering"][0]["comment"], "test peer");
     assert_eq!(
-        cfctl.json(&["check", &network.v4(2).to_string()])["verdict"],
+        cfctl.check(&network.v4(2).to_string())["verdict"],
         "not_listed"
     );
 
@@ -169,7 +169,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
         "--replace",
         path_arg(&shared_list("firehol_level1.netset")),
     ]);
-    let check = cfctl.json(&["check", &unlisted.to_string()]);
+    let check = cfctl.check(&unlisted.to_string());
     assert_eq!(check["verdict"], "listed");
     assert_eq!(check["covering"][0]["net"], "198.18.0.0/15");
     assert!(

@@ -48,11 +48,9 @@ pub enum TableOpError {
     /// A table the filter code cannot run on.
     #[error("the filter table is unusable: {0}")]
     Storage(String),
-    /// The table cannot hold the keys; nothing was changed.
-    #[error(
-        "the filter is full: {wanted} filter keys do not fit in its {slots} slots; make it \
-         larger with `cfctl resize --capacity N`"
-    )]
+    /// The table cannot hold the keys; nothing was changed. (The control
+    /// plane adds the way out, which depends on what it was doing.)
+    #[error("the filter is full: {wanted} filter keys do not fit in its {slots} slots")]
     Full {
         /// Keys the table would have had to hold.
         wanted: usize,

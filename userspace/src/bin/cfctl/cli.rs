@@ -2,6 +2,7 @@
 //! and shell completions are generated from these definitions).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use userspace::control::{DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
@@ -41,7 +42,8 @@ Files:
   /var/lib/cfctl        the entry store, cfctl.redb (--state-dir)
 
 Exit status: 0 on success, 1 on any error (one line on standard error), \
-2 for a command line that cannot be parsed.";
+2 for a command line that cannot be parsed. `cfctl check` answers like grep: \
+0 if the address is listed, 1 if not, 2 on error.";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -115,6 +117,8 @@ pub enum Command {
     ///
     /// Warns when the filter matches an address no entry covers: a false
     /// positive of the approximate filter (packets from it are dropped too).
+    /// Exit status, like grep's: 0 if an entry lists the address, 1 if none
+    /// does, 2 on error.
     Check(CheckArgs),
     /// List the blocklist entries with their source, comment and time added.
     List,
@@ -249,12 +253,16 @@ pub struct DetachArgs {
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// Addresses (a host prefix) or CIDRs, IPv4 or IPv6; host bits must be
-    /// zero.
+    /// zero. An IPv4-mapped IPv6 address (::ffff:198.18.0.1) is stored as
+    /// the IPv4 address it maps.
     #[arg(required = true, value_name = "ADDR|CIDR")]
     pub entries: Vec<String>,
-    /// A comment stored with the entries.
+    /// A comment stored with the entries (at most 1024 bytes).
     #[arg(long, value_name = "TEXT")]
     pub comment: Option<String>,
+    /// Accept 0.0.0.0/0 or ::/0, which list every address of a family.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -280,6 +288,10 @@ pub struct CheckArgs {
     /// The address to check.
     #[arg(value_name = "ADDR")]
     pub address: String,
+    /// Print nothing; answer with the exit status only: 0 if an entry
+    /// lists the address, 1 if none does, 2 on error.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// A blocklist file format.
@@ -310,13 +322,35 @@ pub struct ImportArgs {
     /// Skip invalid lines (each is reported) instead of aborting.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// Accept 0.0.0.0/0 or ::/0, which list every address of a family.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// Print rates every SECONDS until interrupted.
-    #[arg(long, value_name = "SECONDS")]
-    pub watch: Option<f64>,
+    /// Print rates every SECONDS (0.1 to 86400) until interrupted.
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval)]
+    pub watch: Option<Duration>,
+}
+
+/// The shortest and longest `stats --watch` intervals, in seconds.
+const WATCH_SECONDS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
+
+/// Parses a `--watch` interval within [`WATCH_SECONDS`].
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !WATCH_SECONDS.contains(&seconds) {
+        return Err(format!(
+            "the interval must be {} to {} seconds",
+            WATCH_SECONDS.start(),
+            WATCH_SECONDS.end()
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// What the program does with listed packets.

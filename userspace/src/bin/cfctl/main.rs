@@ -24,6 +24,7 @@ use userspace::control::{
 };
 use userspace::loader::{AttachMode, MatchAddress, Mode, Policy};
 use userspace::store::{ListKind, NewEntry};
+use userspace::text::{self, Escaped};
 
 use cli::{
     AllowCommand, Cli, Command, EnforcementArg, FormatArg, GlobalOptions, MatchArg, ModeArg,
@@ -51,13 +52,43 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let checking = matches!(cli.command, Command::Check(_));
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<NotListed>() => ExitCode::from(1),
         Err(error) => {
             let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
-            eprintln!("cfctl: {}", dedup_chain(&chain));
-            ExitCode::FAILURE
+            // Errors quote input (lines, file and interface names): one line,
+            // no control characters reach the terminal.
+            eprintln!("cfctl: {}", Escaped(&dedup_chain(&chain)));
+            // `check` answers like grep: 1 is "not listed", so errors are 2.
+            ExitCode::from(if checking { 2 } else { 1 })
         }
+    }
+}
+
+/// The answer of a `check` that found no entry listing the address: exit
+/// status 1, nothing printed.
+#[derive(Debug, thiserror::Error)]
+#[error("not listed")]
+struct NotListed;
+
+/// Ends a `check`: prints `report` (unless `quiet`) and answers with the
+/// exit status.
+fn answer_check<T: serde::Serialize>(
+    global: &GlobalOptions,
+    quiet: bool,
+    listed: bool,
+    report: &T,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if !quiet {
+        print(global, report, human)?;
+    }
+    if listed {
+        Ok(())
+    } else {
+        Err(NotListed.into())
     }
 }
 
@@ -109,7 +140,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => "use the pinned blocklist and its store",
     };
     require_privileges(action)?;
-    let mut control = Control::open(&global.pin_dir, &global.state_dir)?;
+    let mut control = Control::open_waiting(&global.pin_dir, &global.state_dir, &|notice| {
+        eprintln!("cfctl: {}", Escaped(notice))
+    })?;
     match &cli.command {
         Command::Attach(args) => {
             let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
@@ -152,7 +185,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Allow(AllowCommand::List) => list(global, &control, ListKind::Allowlist),
         Command::Check(args) => {
             let result = control.check(parse_address(&args.address)?)?;
-            print(global, &result, report::check)
+            let listed = !result.covering.is_empty();
+            answer_check(global, args.quiet, listed, &result, report::check)
         }
         Command::List => list(global, &control, ListKind::Blocklist),
         Command::Export => {
@@ -244,14 +278,17 @@ fn print<T: serde::Serialize>(
 fn parse_nets(texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
     texts
         .iter()
-        .map(|text| blocklist::parse_net(text).with_context(|| format!("'{text}'")))
+        .map(|given| {
+            blocklist::parse_net(given).with_context(|| format!("'{}'", text::excerpt(given)))
+        })
         .collect()
 }
 
-fn parse_address(text: &str) -> anyhow::Result<IpAddr> {
-    text.trim()
+fn parse_address(given: &str) -> anyhow::Result<IpAddr> {
+    given
+        .trim()
         .parse()
-        .with_context(|| format!("'{text}': not an IP address"))
+        .with_context(|| format!("'{}': not an IP address", text::excerpt(given)))
 }
 
 fn add(
@@ -261,12 +298,17 @@ fn add(
     args: &cli::AddArgs,
 ) -> anyhow::Result<()> {
     let nets = parse_nets(&args.entries)?;
+    warn_whole_families(&nets, args.force)?;
+    let comment = match args.comment.as_deref() {
+        Some(comment) => text::check_comment(comment).context("--comment")?,
+        None => None,
+    };
     let entries: Vec<NewEntry<'_>> = nets
         .iter()
         .map(|&net| NewEntry {
             net,
             source: "cli",
-            comment: args.comment.as_deref(),
+            comment,
         })
         .collect();
     let report = control.change(list, Change::Add(&entries), &NoProgress)?;
@@ -298,8 +340,17 @@ fn list(global: &GlobalOptions, control: &Control, list: ListKind) -> anyhow::Re
     print(global, &entries, |entries| report::entries(entries))
 }
 
+/// Refuses entries for a whole family unless `force`, and warns about them
+/// when forced.
+fn warn_whole_families(nets: &[IpNet], force: bool) -> anyhow::Result<()> {
+    for net in control::whole_families(nets, force)? {
+        eprintln!("cfctl: warning: {net} covers every address of its family");
+    }
+    Ok(())
+}
+
 /// Parses the import's list, all or nothing (or skipping bad lines, each
-/// reported).
+/// reported); entries for a whole family need `--force`.
 fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
     let options = ParseOptions {
         format: match args.format {
@@ -309,6 +360,7 @@ fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
             FormatArg::Spamhaus => Some(ListFormat::Spamhaus),
         },
         skip_invalid: args.skip_invalid,
+        ..ParseOptions::default()
     };
     let list = if args.file == Path::new("-") {
         blocklist::parse_reader(std::io::stdin().lock(), "-", options)?
@@ -316,26 +368,32 @@ fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
         blocklist::parse_file(&args.file, options)?
     };
     for skipped in &list.skipped {
-        eprintln!("cfctl: skipped {skipped}");
+        eprintln!("cfctl: skipped {}", Escaped(&skipped.to_string()));
     }
+    if list.skipped_count > list.skipped.len() {
+        eprintln!(
+            "cfctl: skipped {} more invalid lines",
+            list.skipped_count - list.skipped.len()
+        );
+    }
+    let nets: Vec<IpNet> = list.entries.iter().map(|entry| entry.net).collect();
+    warn_whole_families(&nets, args.force)?;
     Ok(list)
 }
 
 /// `cfctl stats`: totals, or rates every interval with `--watch`.
-fn stats(global: &GlobalOptions, watch: Option<f64>) -> anyhow::Result<()> {
+fn stats(global: &GlobalOptions, watch: Option<Duration>) -> anyhow::Result<()> {
     require_privileges("read the pinned blocklist counters")?;
-    let Some(seconds) = watch else {
+    let Some(interval) = watch else {
         let counters = control::read_counters(&global.pin_dir)?;
         return print(global, &counters, |counters| {
             report::counters(counters, None)
         });
     };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        bail!("--watch needs a positive number of seconds, not {seconds}");
-    }
+    let seconds = interval.as_secs_f64();
     let mut before = control::read_counters(&global.pin_dir)?;
     loop {
-        std::thread::sleep(Duration::from_secs_f64(seconds));
+        std::thread::sleep(interval);
         let now = control::read_counters(&global.pin_dir)?;
         // Counters that never counted anything stay out of the table.
         let deltas: Vec<_> = now
@@ -364,7 +422,11 @@ fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow
     // Parse before connecting, so that bad input fails fast and changes
     // nothing.
     let nets = match command {
-        Command::Add(args) => parse_nets(&args.entries)?,
+        Command::Add(args) => {
+            let nets = parse_nets(&args.entries)?;
+            warn_whole_families(&nets, args.force)?;
+            nets
+        }
         Command::Del(args) => parse_nets(&args.entries)?,
         Command::Import(args) => read_list(args)?
             .entries
@@ -409,11 +471,11 @@ fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow
             let report = device.import(&nets)?;
             print(global, &report, report::device_import)
         }
-        Command::Check(_) => {
+        Command::Check(args) => {
             let address = address.context("an address to check")?;
             let listed = device.check(address)?;
             let value = serde_json::json!({ "address": address, "listed": listed });
-            print(global, &value, |_| {
+            answer_check(global, args.quiet, listed, &value, |_| {
                 if listed {
                     println!("{address} is listed on the device")
                 } else {
