@@ -964,6 +964,9 @@ impl Control {
         for interface in interfaces {
             indexes.push(interface_index(interface)?);
         }
+        // The store is about to become the whole live filter: make sure
+        // every page of it is what was written.
+        self.store.check_integrity()?;
         let mut settings = self.settings()?;
         let pinned = self.pinned_maps()?;
         if let Some(maps) = &pinned {
@@ -1416,8 +1419,9 @@ impl Control {
 
     /// Recomputes the filter keys from the store with the live active
     /// lengths and compares them with the live table.
-    pub fn verify(&self) -> Result<VerifyReport> {
+    pub fn verify(&mut self) -> Result<VerifyReport> {
         let mut maps = open_pinned(&self.pin_dir)?;
+        self.store.check_integrity()?;
         let settings = self.settings()?;
         let nets = self.store.nets(ListKind::Blocklist)?;
         let mut report = VerifyReport {

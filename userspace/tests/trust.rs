@@ -439,3 +439,129 @@ fn capacities_follow_one_rule_for_attach_and_resize() {
         "{line}"
     );
 }
+
+/// Overwrites `pages` (4 KiB each) of the file at `path` with `bytes`.
+fn overwrite_pages(path: &Path, pages: std::ops::RangeInclusive<u64>, bytes: impl Fn(usize) -> u8) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("opening the store");
+    let page: Vec<u8> = (0..4096).map(&bytes).collect();
+    for number in pages {
+        file.seek(SeekFrom::Start(number * 4096)).expect("seeking");
+        file.write_all(&page).expect("writing over a page");
+    }
+}
+
+/// Replaces every `from` in the file at `path` with `to`; how many.
+fn replace_bytes(path: &Path, from: &[u8], to: &[u8]) -> usize {
+    let mut bytes = std::fs::read(path).expect("reading the store");
+    let mut count = 0;
+    let mut at = 0;
+    while let Some(found) = bytes[at..]
+        .windows(from.len())
+        .position(|window| window == from)
+    {
+        bytes[at + found..at + found + to.len()].copy_from_slice(to);
+        at += found + from.len();
+        count += 1;
+    }
+    std::fs::write(path, bytes).expect("writing the store");
+    count
+}
+
+#[test]
+fn a_damaged_store_is_named_with_the_way_to_recover_and_changes_no_filter() {
+    let network = TestNetwork::new(124);
+    let host = network.host_link.as_str();
+    let cfctl = Cfctl::new("damaged");
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let list = dir.path().join("list.txt");
+    let text: String = (0..5000)
+        .map(|n| format!("198.18.{}.{}/32 # entry {n}\n", n / 250, n % 250))
+        .chain(std::iter::once("198.18.41.0/24\n".to_owned()))
+        .collect();
+    std::fs::write(&list, text).expect("writing a list");
+    cfctl.ok(&["attach", host, "--mode", "skb", "--capacity", "20000"]);
+    cfctl.ok(&["import", list.to_str().expect("a UTF-8 path")]);
+    let keys = || cfctl.json(&["status"])["filter"]["fingerprints"].clone();
+    let live_keys = keys();
+    let store = cfctl.state_dir().join("cfctl.redb");
+    let pristine = std::fs::read(&store).expect("reading the store");
+    let commands: [&[&str]; 8] = [
+        &["list"],
+        &["export"],
+        &["status"],
+        &["check", "198.18.0.1"],
+        &["add", "198.18.200.1"],
+        &["del", "198.18.0.1"],
+        &["verify"],
+        &["attach", host, "--mode", "skb"],
+    ];
+
+    // A byte changed inside an entry still reads as an entry: the page
+    // checksums find it where the store becomes the filter, and in verify.
+    let mut network_key = vec![4, 198, 18, 41, 0];
+    network_key.extend([0; 12]);
+    network_key.push(24);
+    let mut changed = network_key.clone();
+    changed[3] = 42;
+    assert!(
+        replace_bytes(&store, &network_key, &changed) > 0,
+        "the entry is in the file"
+    );
+    for args in [&["verify"][..], &["attach", host, "--mode", "skb"]] {
+        let line = cfctl.fails(args);
+        assert!(line.contains("is damaged"), "cfctl {args:?}: {line}");
+    }
+    assert_eq!(keys(), live_keys, "the live filter kept its keys");
+
+    // Pages of random bytes, or of zeros: every command says so in one
+    // line, naming the file and the way back, and no filter changes.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let random = |_| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed as u8
+    };
+    let random_pages: Vec<u8> = (0..16 * 4096).map(random).collect();
+    for damage in ["random bytes over pages 1-16", "zeros over pages 1-64"] {
+        std::fs::write(&store, &pristine).expect("restoring the store");
+        match damage.starts_with("random") {
+            true => overwrite_pages(&store, 1..=16, |at| random_pages[at]),
+            false => overwrite_pages(&store, 1..=64, |_| 0),
+        }
+        for args in commands {
+            let output = cfctl.run(args);
+            let error_status = if args[0] == "check" { 2 } else { 1 };
+            assert_eq!(
+                output.status.code(),
+                Some(error_status),
+                "{damage}: cfctl {args:?}"
+            );
+            let line = expect_one_error_line(&output, &format!("{damage}: {args:?}"));
+            for expected in [
+                store.to_str().expect("a UTF-8 path"),
+                "is damaged",
+                "cfctl export",
+            ] {
+                assert!(line.contains(expected), "{damage}: cfctl {args:?}: {line}");
+            }
+        }
+        assert_eq!(
+            keys_of(&cfctl),
+            live_keys,
+            "{damage}: the live filter kept its keys"
+        );
+    }
+}
+
+/// The live filter's fingerprint count, read from the pinned maps (cfctl
+/// status needs the store).
+fn keys_of(cfctl: &Cfctl) -> serde_json::Value {
+    let mut maps = userspace::BlocklistMaps::open_pinned(cfctl.pin_dir()).expect("the pinned maps");
+    let summary = userspace::control::tables::live_summary(&mut maps).expect("the live table");
+    serde_json::json!(summary.fingerprints)
+}

@@ -53,7 +53,32 @@ fn main() -> ExitCode {
         }
     };
     let checking = matches!(cli.command, Command::Check(_));
-    match run(cli) {
+    // A panic is a bug: it ends as one line too, not a backtrace. (The
+    // store catches redb's panics on a damaged file itself.)
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|at| format!(" at {}:{}", at.file(), at.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|message| (*message).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        *PANIC
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = format!("{message}{location}");
+    }));
+    let outcome = std::panic::catch_unwind(|| run(cli)).unwrap_or_else(|_| {
+        let panic = PANIC
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Err(anyhow::anyhow!(
+            "internal error, a bug in cfctl (please report it): {panic}"
+        ))
+    });
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<NotListed>() => ExitCode::from(1),
         Err(error) => {
@@ -91,6 +116,10 @@ fn answer_check<T: serde::Serialize>(
         Err(NotListed.into())
     }
 }
+
+/// The message and location of the last panic, which the panic hook keeps
+/// for `main` instead of printing them.
+static PANIC: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 /// Joins an error chain with ": ", leaving out messages that repeat the
 /// end of the previous one (transparent wrappers).
