@@ -64,8 +64,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::blocklist::ParsedList;
-use crate::loader::{MatchAddress, Mode, Policy};
 use crate::plan::PlanLimits;
+use crate::{MatchAddress, Mode, Policy};
 
 /// The schema version this code reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -166,21 +166,34 @@ pub struct FilterSettings {
     /// Hash seed of the filter.
     pub seed: u64,
     /// Which address of a packet is matched.
-    #[serde(with = "MatchAddressName")]
+    #[serde(with = "crate::setting_names")]
     pub match_address: MatchAddress,
     /// Drop, or only count.
-    #[serde(with = "ModeName")]
+    #[serde(with = "crate::setting_names")]
     pub mode: Mode,
     /// Drop listed packets, or everything not allowlisted.
-    #[serde(with = "PolicyName")]
+    #[serde(with = "crate::setting_names")]
     pub policy: Policy,
     /// Probe budgets and key limit of the prefix plan.
     pub plan_limits: PlanLimits,
+    /// This store's id, written into the live filter built from it so that
+    /// a filter and its store recognise each other; zero until a filter is
+    /// first built.
+    pub store_id: u64,
+}
+
+impl FilterSettings {
+    /// Gives the store an id if it has none yet.
+    pub fn claim_store_id(&mut self) {
+        while self.store_id == 0 {
+            self.store_id = crate::filter::random_seed();
+        }
+    }
 }
 
 impl Default for FilterSettings {
     /// 1 Mi keys, 16-bit fingerprints, seed 0 (choose one when building),
-    /// source matching, enforce, deny, default plan limits.
+    /// source matching, enforce, deny, default plan limits, no id yet.
     fn default() -> Self {
         Self {
             capacity: 1 << 20,
@@ -190,32 +203,9 @@ impl Default for FilterSettings {
             mode: Mode::Enforce,
             policy: Policy::Deny,
             plan_limits: PlanLimits::default(),
+            store_id: 0,
         }
     }
-}
-
-/// Names of [`MatchAddress`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "MatchAddress", rename_all = "lowercase")]
-enum MatchAddressName {
-    Source,
-    Destination,
-}
-
-/// Names of [`Mode`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Mode", rename_all = "lowercase")]
-enum ModeName {
-    Enforce,
-    Monitor,
-}
-
-/// Names of [`Policy`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Policy", rename_all = "lowercase")]
-enum PolicyName {
-    Deny,
-    Allow,
 }
 
 /// An entry to add.

@@ -27,10 +27,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use userspace::blocklist::{parse_file, ParseOptions};
-use userspace::control::{Change, Control, NoProgress};
+use userspace::control::{Change, Control, NoProgress, StoreUse};
 use userspace::store::{ListKind, NewEntry};
-use userspace::test_run::{run_xdp, XdpAction};
-use userspace::BlocklistMaps;
+use userspace::xdp::test_run::{run_xdp, XdpAction};
+use userspace::xdp::BlocklistMaps;
 
 fn shared_list(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -253,8 +253,8 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
         .collect();
     let stop = AtomicBool::new(false);
     let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
-    let mut control =
-        Control::open(cfctl.pin_dir(), cfctl.state_dir()).expect("opening the control plane");
+    let mut control = Control::open(cfctl.pin_dir(), cfctl.state_dir(), StoreUse::Existing)
+        .expect("opening the control plane");
     let mut rng = StdRng::seed_from_u64(0x4a33e7);
     let mut present: Vec<IpNet> = Vec::new();
     let mut operations = 0u64;

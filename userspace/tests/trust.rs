@@ -561,7 +561,9 @@ fn a_damaged_store_is_named_with_the_way_to_recover_and_changes_no_filter() {
 /// The live filter's fingerprint count, read from the pinned maps (cfctl
 /// status needs the store).
 fn keys_of(cfctl: &Cfctl) -> serde_json::Value {
-    let mut maps = userspace::BlocklistMaps::open_pinned(cfctl.pin_dir()).expect("the pinned maps");
-    let summary = userspace::control::tables::live_summary(&mut maps).expect("the live table");
-    serde_json::json!(summary.fingerprints)
+    let mut live = userspace::xdp::PinDir::new(cfctl.pin_dir())
+        .open()
+        .expect("the pinned maps")
+        .expect("a pinned program");
+    serde_json::json!(live.summary().expect("the live table").fingerprints)
 }

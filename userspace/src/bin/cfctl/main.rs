@@ -19,17 +19,15 @@ use ipnet::IpNet;
 use userspace::blocklist::{self, ListFormat, ParseOptions, ParsedList};
 use userspace::control::device::DeviceControl;
 use userspace::control::{
-    self, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
-    EntryRecord, NoProgress,
+    self, attach, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
+    EntryRecord, NoProgress, StoreUse,
 };
-use userspace::loader::{AttachMode, MatchAddress, Mode, Policy};
 use userspace::store::{ListKind, NewEntry};
 use userspace::text::{self, Escaped};
+use userspace::xdp::PinDir;
+use userspace::Setting;
 
-use cli::{
-    AllowCommand, Cli, Command, EnforcementArg, FormatArg, GlobalOptions, MatchArg, ModeArg,
-    PolicyArg,
-};
+use cli::{AllowCommand, Cli, Command, FormatArg, GlobalOptions};
 
 fn main() -> ExitCode {
     // Like other command-line tools, end quietly when the reader of the
@@ -169,9 +167,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => "use the pinned blocklist and its store",
     };
     require_privileges(action)?;
-    let mut control = Control::open_waiting(&global.pin_dir, &global.state_dir, &|notice| {
-        eprintln!("cfctl: {}", Escaped(notice))
-    })?;
+    if let Command::Detach(args) = &cli.command {
+        let interfaces = (!args.all).then_some(args.interfaces.as_slice());
+        let report = attach::detach(&PinDir::new(&global.pin_dir), interfaces, args.keep_state)?;
+        return print(global, &report, report::detach);
+    }
+    let store_use = match &cli.command {
+        Command::Attach(_) | Command::Add(_) | Command::Import(_) => StoreUse::Create,
+        Command::Allow(AllowCommand::Add(_)) => StoreUse::Create,
+        _ => StoreUse::Existing,
+    };
+    let mut control = Control::open_with_notices(
+        &global.pin_dir,
+        &global.state_dir,
+        store_use,
+        Box::new(|notice| eprintln!("cfctl: {}", Escaped(notice))),
+    )?;
+    control.set_force(global.force);
     match &cli.command {
         Command::Attach(args) => {
             let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
@@ -182,26 +194,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let options = AttachOptions {
                 capacity: args.capacity,
                 fingerprint_bits,
-                match_address: args.match_address.map(|value| match value {
-                    MatchArg::Src => MatchAddress::Source,
-                    MatchArg::Dst => MatchAddress::Destination,
-                }),
-                policy: args.policy.map(|value| match value {
-                    PolicyArg::Deny => Policy::Deny,
-                    PolicyArg::Allow => Policy::Allow,
-                }),
+                match_address: args.match_address,
+                policy: args.policy,
             };
-            let mode = match args.mode {
-                ModeArg::Native => AttachMode::Native,
-                ModeArg::Skb => AttachMode::Skb,
-            };
-            let report = control.attach(&args.interfaces, mode, options)?;
+            let report = control.attach(&args.interfaces, args.mode, options)?;
             print(global, &report, report::attach)
-        }
-        Command::Detach(args) => {
-            let interfaces = (!args.all).then_some(args.interfaces.as_slice());
-            let report = control.detach(interfaces, args.keep_state)?;
-            print(global, &report, report::detach)
         }
         Command::Add(args) => add(global, &mut control, ListKind::Blocklist, args),
         Command::Del(args) => delete(global, &mut control, ListKind::Blocklist, &args.entries),
@@ -227,7 +224,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Import(args) => {
-            let list = read_list(args)?;
+            let list = read_list(global, args)?;
             let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list).collect();
             let change = if args.replace {
                 Change::Replace(&entries)
@@ -244,15 +241,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print(global, &status, report::status)
         }
         Command::Mode(args) => {
-            let mode = match args.mode {
-                EnforcementArg::Enforce => Mode::Enforce,
-                EnforcementArg::Monitor => Mode::Monitor,
-            };
-            control.set_mode(mode)?;
-            let name = match mode {
-                Mode::Enforce => "enforce",
-                Mode::Monitor => "monitor",
-            };
+            control.set_mode(args.mode)?;
+            let name = args.mode.name();
             print(global, &serde_json::json!({ "mode": name }), |_| {
                 println!("mode: {name}")
             })
@@ -283,7 +273,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )
             })
         }
-        Command::Stats(_) | Command::Save | Command::Man(_) | Command::Completions(_) => {
+        Command::Stats(_)
+        | Command::Save
+        | Command::Man(_)
+        | Command::Completions(_)
+        | Command::Detach(_) => {
             unreachable!("handled before the store is opened")
         }
     }
@@ -327,7 +321,7 @@ fn add(
     args: &cli::AddArgs,
 ) -> anyhow::Result<()> {
     let nets = parse_nets(&args.entries)?;
-    warn_whole_families(&nets, args.force)?;
+    warn_whole_families(&nets, global.force)?;
     let comment = match args.comment.as_deref() {
         Some(comment) => text::check_comment(comment).context("--comment")?,
         None => None,
@@ -380,7 +374,7 @@ fn warn_whole_families(nets: &[IpNet], force: bool) -> anyhow::Result<()> {
 
 /// Parses the import's list, all or nothing (or skipping bad lines, each
 /// reported); entries for a whole family need `--force`.
-fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
+fn read_list(global: &GlobalOptions, args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
     let options = ParseOptions {
         format: match args.format {
             FormatArg::Auto => None,
@@ -406,7 +400,7 @@ fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
         );
     }
     let nets: Vec<IpNet> = list.entries.iter().map(|entry| entry.net).collect();
-    warn_whole_families(&nets, args.force)?;
+    warn_whole_families(&nets, global.force)?;
     Ok(list)
 }
 
@@ -453,11 +447,11 @@ fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow
     let nets = match command {
         Command::Add(args) => {
             let nets = parse_nets(&args.entries)?;
-            warn_whole_families(&nets, args.force)?;
+            warn_whole_families(&nets, global.force)?;
             nets
         }
         Command::Del(args) => parse_nets(&args.entries)?,
-        Command::Import(args) => read_list(args)?
+        Command::Import(args) => read_list(global, args)?
             .entries
             .into_iter()
             .map(|entry| entry.net)

@@ -14,8 +14,9 @@ use userspace::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, VerifyReport,
 };
-use userspace::loader::PREFILTER_BYTES;
 use userspace::text::{escape_comment, Escaped};
+use userspace::xdp::maps::PREFILTER_BYTES;
+use userspace::{MatchAddress, Setting};
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -236,14 +237,15 @@ pub fn status(status: &Status) {
     };
     println!("pins         {pinned} {}", status.pin_dir.display());
     println!("store        {}", status.store.display());
-    let matched = if status.match_address == "dst" {
+    let matched = if status.match_address == MatchAddress::Destination {
         "destination"
     } else {
         "source"
     };
     println!(
         "mode         {}, policy {}, matching {matched} addresses",
-        status.mode, status.policy
+        status.mode.name(),
+        status.policy.name()
     );
     println!(
         "entries      {} blocklist, {} allowlist",
@@ -308,7 +310,8 @@ pub fn counters(counters: &[CounterRecord], seconds: Option<f64>) {
         };
         println!(
             "{:<12} {:<6} {packets:>14} {bytes:>16}",
-            counter.outcome, counter.family
+            counter.outcome.name(),
+            counter.family.name()
         );
     }
 }
