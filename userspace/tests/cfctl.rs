@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use aya::programs::Xdp;
 use aya_obj::programs::XdpAttachType;
-use common::cfctl::{expect_one_error_line, Cfctl};
+use common::cfctl::{attached, expect_one_error_line, Cfctl};
 use common::netns::{check_traffic, TestNetwork, DATAGRAMS, PINGS};
 use common::{udp_frame, Tags};
 use ipnet::IpNet;
@@ -60,19 +60,9 @@ fn entry_count(cfctl: &Cfctl) -> u64 {
         .expect("an entry count")
 }
 
-/// A test network on `subnet` and cfctl attached (native mode) to its host
-/// end with a filter for `capacity` keys (bind both: the cfctl guard,
-/// second, is dropped first).
-fn attached(subnet: u8, name: &str, capacity: &str) -> (TestNetwork, Cfctl) {
-    let network = TestNetwork::new(subnet);
-    let cfctl = Cfctl::new(name);
-    cfctl.ok(&["attach", &network.host_link, "--capacity", capacity]);
-    (network, cfctl)
-}
-
 #[test]
 fn shared_lists_real_traffic_second_process_updates_and_reattach() {
-    let (network, cfctl) = attached(111, "e2e", "20000");
+    let (network, cfctl) = attached(111, "e2e", "20000", "native");
     let host = network.host_link.as_str();
 
     // The shared lists, imported one after the other, accumulate.
@@ -236,7 +226,7 @@ fn random_other(rng: &mut StdRng) -> IpNet {
 fn hammer_of_live_updates_never_hides_a_listed_address() {
     const OPERATIONS: u64 = 100_000;
     const BATCH: usize = 100;
-    let (_network, cfctl) = attached(112, "hammer", "8000");
+    let (_network, cfctl) = attached(112, "hammer", "8000", "native");
     let mut args = vec!["add"];
     args.extend(FIXED);
     cfctl.ok(&args);
@@ -328,7 +318,7 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
 
 #[test]
 fn deletes_clear_the_prefilter_bits_no_entry_needs() {
-    let (_network, cfctl) = attached(116, "bits", "1000");
+    let (_network, cfctl) = attached(116, "bits", "1000", "native");
     let stale_bits = || {
         cfctl.json(&["verify"])["stale_prefilter_bits"]
             .as_u64()
@@ -452,7 +442,7 @@ fn exported_set(cfctl: &Cfctl) -> HashSet<IpNet> {
 
 #[test]
 fn killed_imports_leave_a_consistent_store_and_reattach_repairs_the_filter() {
-    let (network, cfctl) = attached(113, "crash", "500000");
+    let (network, cfctl) = attached(113, "crash", "500000", "native");
     let host = network.host_link.as_str();
     let lists = tempfile::tempdir().expect("a directory for lists");
     let mut committed: HashSet<IpNet> = HashSet::new();
@@ -492,7 +482,7 @@ fn killed_imports_leave_a_consistent_store_and_reattach_repairs_the_filter() {
 
 #[test]
 fn reattach_makes_the_live_allowlist_match_the_store() {
-    let (network, cfctl) = attached(115, "allowsync", "1000");
+    let (network, cfctl) = attached(115, "allowsync", "1000", "native");
     cfctl.ok(&["add", "198.18.0.0/16", "2001:db8::/32"]);
     cfctl.ok(&["allow", "add", "198.18.0.10", "2001:db8::10"]);
     let program = Xdp::from_pin(cfctl.pin_dir().join("program"), XdpAttachType::Interface)
@@ -534,7 +524,7 @@ fn snapshot(cfctl: &Cfctl) -> (String, Value) {
 #[test]
 fn bad_input_is_refused_with_one_line_and_changes_nothing() {
     // 64 slots: easy to fill.
-    let (network, cfctl) = attached(114, "badinput", "60");
+    let (network, cfctl) = attached(114, "badinput", "60", "native");
     let host = network.host_link.as_str();
     cfctl.ok(&["add", "198.18.0.0/24", "2001:db8::/48"]);
     let before = snapshot(&cfctl);

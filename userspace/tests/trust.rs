@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::cfctl::{expect_one_error_line, Cfctl};
+use common::cfctl::{attached, expect_one_error_line, Cfctl};
 use common::netns::TestNetwork;
 
 /// `command` as one line for `sh -c`, every word single-quoted.
@@ -347,11 +347,15 @@ fn state_and_pins_are_private_whatever_the_umask() {
         command.arg("--state-dir").arg(&state_dir);
         command.args(args);
         let script = format!("umask 000 && exec {}", shell_words(&command));
-        let status = Command::new("sh")
+        let output = Command::new("sh")
             .args(["-c", &script])
-            .status()
+            .output()
             .expect("running sh");
-        assert!(status.success(), "cfctl {args:?} under umask 000");
+        assert!(
+            output.status.success(),
+            "cfctl {args:?} under umask 000: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     };
     under_umask_000(&["attach", &network.host_link, "--mode", "skb"]);
     under_umask_000(&["add", "198.18.0.0/24"]);
@@ -566,4 +570,314 @@ fn keys_of(cfctl: &Cfctl) -> serde_json::Value {
         .expect("the pinned maps")
         .expect("a pinned program");
     serde_json::json!(live.summary().expect("the live table").fingerprints)
+}
+
+/// Whether the live filter pinned for `cfctl` holds every key of every
+/// entry its store lists (the invariant a crash must never break), read
+/// directly, without a cfctl command that would repair anything; and
+/// whether the update mark is set.
+fn live_covers_store(cfctl: &Cfctl) -> (bool, bool) {
+    use userspace::plan::{KeyPlan, PlanLimits};
+    use userspace::store::{ListKind, Store};
+    let store = Store::open(cfctl.state_dir()).expect("opening the store");
+    let nets = store.nets(ListKind::Blocklist).expect("the stored entries");
+    drop(store);
+    let mut live = userspace::xdp::PinDir::new(cfctl.pin_dir())
+        .open()
+        .expect("the pinned maps")
+        .expect("a pinned program");
+    let plan = KeyPlan::with_lengths(nets, live.lengths(), PlanLimits::default())
+        .expect("the stored entries fit the live lengths");
+    let keys: Vec<_> = plan.keys().copied().collect();
+    let covered = live
+        .contains(&keys)
+        .expect("probing the live filter")
+        .into_iter()
+        .all(|present| present);
+    (covered, live.updating_pid() != 0)
+}
+
+/// `count` hosts of 198.18.0.0/15 from `first`, as arguments.
+fn hosts(first: u32, count: u32) -> Vec<String> {
+    (first..first + count)
+        .map(|n| std::net::Ipv4Addr::from(0xc612_0000 + n).to_string())
+        .collect()
+}
+
+/// Runs cfctl with `args`, aborting at crash point `point`.
+fn crash_at(cfctl: &Cfctl, point: &str, args: &[&str]) {
+    let status = cfctl
+        .command(args)
+        .env("CFCTL_CRASH_AT", point)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("running cfctl");
+    assert_eq!(status.code(), None, "cfctl {args:?} should die at {point}");
+}
+
+/// After a crash: the next command rebuilds the filter, says so, and the
+/// filter then matches the store exactly.
+fn expect_repair(cfctl: &Cfctl, what: &str) {
+    let output = cfctl.run(&["status"]);
+    assert!(output.status.success(), "{what}: status after the crash");
+    let notice = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        notice.contains("rebuilt the live filter from the store: an update by pid"),
+        "{what}: {notice}"
+    );
+    cfctl.ok(&["verify"]);
+    assert_eq!(
+        live_covers_store(cfctl),
+        (true, false),
+        "{what}: after the repair"
+    );
+}
+
+#[test]
+fn crashes_at_every_step_of_an_update_never_unblock_a_listed_address() {
+    let (_network, cfctl) = attached(125, "crash-points", "20000", "skb");
+    let base = hosts(0, 3000);
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let base_list = dir.path().join("base.txt");
+    std::fs::write(&base_list, base.join("\n")).expect("writing a list");
+    let base_list = base_list.to_str().expect("a UTF-8 path");
+    cfctl.ok(&["import", base_list]);
+
+    let more = hosts(5000, 3000);
+    let mut add = vec!["add"];
+    add.extend(more.iter().map(String::as_str));
+    let mut del = vec!["del"];
+    del.extend(base.iter().map(String::as_str));
+    let replacement = dir.path().join("replacement.txt");
+    std::fs::write(&replacement, hosts(1500, 3000).join("\n")).expect("writing a list");
+    let replace = [
+        "import",
+        "--replace",
+        replacement.to_str().expect("a UTF-8 path"),
+    ];
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&add, &["inserted", "committed"]),
+        (&del, &["inserted", "committed", "removed"]),
+        (&replace, &["union-installed", "committed"]),
+        (
+            &["allow", "add", "198.18.0.5"],
+            &["allowlist-added", "committed"],
+        ),
+    ];
+    for (args, points) in cases {
+        for point in points {
+            let what = format!("{} crashed at {point}", args[..2].join(" "));
+            crash_at(&cfctl, point, args);
+            let (covered, marked) = live_covers_store(&cfctl);
+            assert!(
+                covered,
+                "{what}: a stored entry is missing from the live filter"
+            );
+            assert!(marked, "{what}: the update mark is set");
+            expect_repair(&cfctl, &what);
+            // Back to the base list for the next case.
+            cfctl.ok(&["--force", "import", "--replace", base_list]);
+            if args[0] == "allow" {
+                cfctl.ok(&["allow", "del", "198.18.0.5"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_replace_too_large_for_both_lists_at_once_still_swaps_and_a_crash_is_repaired() {
+    // Room for one list of 3,000 but not for two at once.
+    let (_network, cfctl) = attached(130, "crash-tight", "3100", "skb");
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let [first, second] = [0, 10_000].map(|start| {
+        let path = dir.path().join(format!("list-{start}.txt"));
+        std::fs::write(&path, hosts(start, 3000).join("\n")).expect("writing a list");
+        path.to_str().expect("a UTF-8 path").to_owned()
+    });
+    cfctl.ok(&["import", &first]);
+    crash_at(&cfctl, "installed", &["import", "--replace", &second]);
+    expect_repair(&cfctl, "the tight replace crashed before its commit");
+    cfctl.ok(&["import", "--replace", &second]);
+    cfctl.ok(&["verify"]);
+    assert_eq!(cfctl.check("198.18.39.16")["verdict"], "listed");
+    assert_eq!(cfctl.check("198.18.0.1")["verdict"], "not_listed");
+}
+
+#[test]
+fn attach_after_a_first_import_crashed_repairs_instead_of_refusing() {
+    let (network, cfctl) = attached(131, "crash-first", "100000", "skb");
+    let host = network.host_link.as_str();
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let list = dir.path().join("bulk.txt");
+    // Enough entries for a whole new table, swapped in before the commit.
+    std::fs::write(&list, hosts(0, 60_000).join("\n")).expect("writing a list");
+    crash_at(
+        &cfctl,
+        "installed",
+        &["import", list.to_str().expect("a UTF-8 path")],
+    );
+    // The store is empty and the filter holds the leftovers: attach
+    // repairs them away rather than mistaking them for a list.
+    cfctl.ok(&["attach", host, "--mode", "skb"]);
+    assert_eq!(keys_of(&cfctl), serde_json::json!(0));
+    cfctl.ok(&["verify"]);
+}
+
+#[test]
+fn kill_9_at_any_moment_of_a_delete_never_unblocks_a_listed_address() {
+    let (_network, cfctl) = attached(126, "crash-kill", "20000", "skb");
+    let base = hosts(0, 3000);
+    let mut add = vec!["add"];
+    add.extend(base.iter().map(String::as_str));
+    let mut del = vec!["del"];
+    del.extend(base.iter().map(String::as_str));
+    // Kills spread over the delete's whole run; wherever one lands, the
+    // live filter covers the store. (The delays only spread the kills:
+    // every outcome, finished or not, must keep the invariant.)
+    for round in 0..12u64 {
+        cfctl.ok(&add);
+        let mut child = cfctl
+            .command(&del)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting cfctl del");
+        std::thread::sleep(std::time::Duration::from_millis(round * 7));
+        let _ = child.kill();
+        let status = child.wait().expect("waiting for cfctl");
+        let (covered, marked) = live_covers_store(&cfctl);
+        assert!(
+            covered,
+            "round {round}: a stored entry is missing from the live filter"
+        );
+        if marked {
+            assert_eq!(
+                status.code(),
+                None,
+                "round {round}: only a crash leaves the mark"
+            );
+            expect_repair(&cfctl, &format!("round {round}"));
+        } else {
+            cfctl.ok(&["verify"]);
+        }
+    }
+}
+
+#[test]
+fn a_failed_update_of_a_full_filter_leaves_no_prefilter_bit_behind() {
+    let (_network, cfctl) = attached(127, "full-bits", "60", "skb");
+    cfctl.ok(&["add", "198.18.0.1", "198.18.0.2"]);
+    // Forty hosts, each in a block of its own, that cannot all fit.
+    let many: Vec<String> = (0..80)
+        .map(|block| format!("198.{}.7.7", 100 + block))
+        .collect();
+    let mut add = vec!["add"];
+    add.extend(many.iter().map(String::as_str));
+    let line = cfctl.fails(&add);
+    assert!(line.contains("the filter is full"), "{line}");
+    let verify = cfctl.json(&["verify"]);
+    assert_eq!(verify["stale_prefilter_bits"], 0, "{verify}");
+    assert_eq!(
+        verify["problems"].as_array().map(Vec::len),
+        Some(0),
+        "{verify}"
+    );
+}
+
+#[test]
+fn a_pinned_filter_belongs_to_one_store() {
+    let network = TestNetwork::new(128);
+    let host = network.host_link.as_str();
+    let cfctl = Cfctl::new("identity");
+    cfctl.ok(&["attach", host, "--mode", "skb"]);
+    let store = cfctl.state_dir().join("cfctl.redb");
+    let before_any_entry = std::fs::read(&store).expect("reading the store");
+    cfctl.ok(&["add", "198.18.1.0/24"]);
+    let live_keys = || keys_of(&cfctl);
+    let before = live_keys();
+    let other = tempfile::tempdir().expect("another state directory");
+    let mistyped = |args: &[&str]| {
+        let mut command = common::cfctl::binary();
+        command.arg("--pin-dir").arg(cfctl.pin_dir());
+        command.arg("--state-dir").arg(other.path().join("typo"));
+        command.args(args);
+        command.output().expect("running cfctl")
+    };
+    // A mistyped --state-dir: reads find no store, changes refuse loudly.
+    let line = expect_one_error_line(&mistyped(&["list"]), "list");
+    assert!(line.contains("no cfctl store in"), "{line}");
+    assert!(!other.path().join("typo").exists(), "list created a store");
+    for args in [
+        &["attach", host, "--mode", "skb"][..],
+        &["add", "198.18.2.0/24"],
+    ] {
+        let line = expect_one_error_line(&mistyped(args), &args.join(" "));
+        assert!(
+            line.contains("was built from another store"),
+            "{args:?}: {line}"
+        );
+        assert_eq!(live_keys(), before, "{args:?} changed the live filter");
+    }
+    // The right store still works; an emptied store file is damage.
+    cfctl.ok(&["verify"]);
+    let saved = std::fs::read(&store).expect("reading the store");
+    std::fs::write(&store, b"").expect("truncating the store");
+    for args in [&["list"][..], &["attach", host, "--mode", "skb"]] {
+        let line = cfctl.fails(args);
+        assert!(line.contains("is damaged"), "{args:?}: {line}");
+    }
+    assert_eq!(live_keys(), before);
+    std::fs::write(&store, saved).expect("restoring the store");
+    // --force takes the filter over for another store.
+    let output = mistyped(&["--force", "add", "198.18.2.0/24"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = mistyped(&["--json", "verify"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = expect_one_error_line(&cfctl.run(&["add", "198.18.3.0/24"]), "add");
+    assert!(line.contains("was built from another store"), "{line}");
+    // Its own store empty (a copy from before anything was listed) never
+    // silently empties a filter with keys.
+    cfctl.ok(&["--force", "attach", host, "--mode", "skb"]);
+    std::fs::write(&store, before_any_entry).expect("restoring an old store");
+    let line = cfctl.fails(&["attach", host, "--mode", "skb"]);
+    assert!(
+        line.contains("lists nothing, but the filter pinned in"),
+        "{line}"
+    );
+    assert_eq!(live_keys(), before);
+}
+
+#[test]
+fn attach_repairs_a_pin_directory_whose_maps_were_removed() {
+    let network = TestNetwork::new(129);
+    let host = network.host_link.as_str();
+    let cfctl = Cfctl::new("repair-pins");
+    cfctl.ok(&["attach", host, "--capacity", "1000"]);
+    cfctl.ok(&[
+        "add",
+        &network.v4(3).to_string(),
+        &network.v6(3).to_string(),
+    ]);
+    common::netns::check_traffic(&network, true);
+    std::fs::remove_file(cfctl.pin_dir().join("CONFIG")).expect("removing a map pin");
+    for args in [&["status"][..], &["add", "198.18.9.9"], &["verify"]] {
+        let line = cfctl.fails(args);
+        assert!(
+            line.contains("is incomplete") && line.contains("`cfctl attach IFACE`"),
+            "{args:?}: {line}"
+        );
+    }
+    cfctl.ok(&["attach", host]);
+    cfctl.ok(&["verify"]);
+    assert_eq!(cfctl.json(&["status"])["interfaces"][0]["interface"], host);
+    common::netns::check_traffic(&network, true);
 }

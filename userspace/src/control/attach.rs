@@ -47,9 +47,11 @@ impl Control {
         apply_options(&mut settings, options)?;
         settings.claim_store_id();
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
-        let loaded = match self.pins.open() {
-            Ok(Some(live)) => {
-                self.refill(live, &stored, &mut settings, &plan, options)?;
+        // (Opening the live filter repairs an interrupted update first, so
+        // its leftovers are not taken for a list.)
+        let loaded = match self.live() {
+            Ok(Some((live, same_store))) => {
+                self.refill(live, same_store, &stored, &mut settings, &plan, options)?;
                 false
             }
             Ok(None) => {
@@ -61,17 +63,12 @@ impl Control {
                 true
             }
             // Map pins removed: a new program takes over the links.
-            Err(_) => {
+            Err(ControlError::Incomplete { .. }) => {
                 self.install_program(&settings, &plan, None)?;
                 true
             }
+            Err(error) => return Err(error),
         };
-        let existing: Vec<String> = self
-            .pins
-            .attachments()
-            .into_iter()
-            .map(|link| link.interface)
-            .collect();
         let mut report = AttachReport {
             attached: Vec::new(),
             already_attached: Vec::new(),
@@ -79,21 +76,41 @@ impl Control {
             entries: plan.entry_count(),
             keys: plan.key_count(),
         };
-        for (interface, &index) in interfaces.iter().zip(&indexes) {
+        self.attach_links(interfaces, &indexes, mode, &mut report)?;
+        self.save_settings(&settings)?;
+        Ok(report)
+    }
+
+    /// Pins a link of the program on each interface that has none yet.
+    /// If the first one fails on a program this attach loaded, nothing is
+    /// left pinned.
+    fn attach_links(
+        &self,
+        interfaces: &[String],
+        indexes: &[u32],
+        mode: AttachMode,
+        report: &mut AttachReport,
+    ) -> Result<()> {
+        let existing: Vec<String> = self
+            .pins
+            .attachments()
+            .into_iter()
+            .map(|link| link.interface)
+            .collect();
+        for (interface, &index) in interfaces.iter().zip(indexes) {
             if existing.contains(interface) || report.attached.contains(interface) {
                 report.already_attached.push(interface.clone());
                 continue;
             }
             if let Err(error) = self.pins.attach(interface, index, mode) {
-                if loaded && existing.is_empty() && report.attached.is_empty() {
+                if report.loaded && existing.is_empty() && report.attached.is_empty() {
                     self.pins.remove();
                 }
                 return Err(attach_error(interface, error));
             }
             report.attached.push(interface.clone());
         }
-        self.save_settings(&settings)?;
-        Ok(report)
+        Ok(())
     }
 
     /// Rebuilds the filter of the pinned program from the store, after
@@ -102,13 +119,13 @@ impl Control {
     fn refill(
         &self,
         mut live: LiveFilter,
+        own: bool,
         stored: &FilterSettings,
         settings: &mut FilterSettings,
         plan: &KeyPlan,
         options: AttachOptions,
     ) -> Result<()> {
         check_compatible(&live, stored, options)?;
-        let own = stored.store_id != 0 && live.store_id() == stored.store_id;
         if !own && !self.force {
             return Err(self.other_store());
         }

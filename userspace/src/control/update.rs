@@ -176,6 +176,8 @@ impl Control {
         progress: &dyn Progress,
     ) -> Result<ChangeReport> {
         let (change, repeated) = change.without_repeats();
+        // Before the transaction: a repair or a takeover writes the store.
+        let live = self.live_for_update()?;
         let mut txn = self.store.begin()?;
         let mut report = ChangeReport {
             operation: change.operation(),
@@ -188,7 +190,7 @@ impl Control {
             filter: FilterUpdate::NotAttached,
         };
         let recorded = record(&mut txn, list, &change, &mut report, progress)?;
-        let Some(mut live) = self.live_for_update()? else {
+        let Some(mut live) = live else {
             progress.start("committing", 0);
             txn.commit()?;
             return Ok(report);
@@ -265,11 +267,9 @@ impl Control {
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
         progress.start("writing the live filter", 0);
-        if let Err(error) = live.insert(&diff.insert) {
-            // The insert undid itself: the filter is as it was.
-            live.end_update();
-            return Err(WayOut::Resize.explain(error));
-        }
+        // A failed insert undoes itself.
+        live.insert(&diff.insert)
+            .map_err(|error| unchanged(live, error))?;
         crash_point("inserted");
         progress.start("committing", 0);
         self.commit_or_repair(live, txn)?;
@@ -309,32 +309,33 @@ impl Control {
         };
         progress.start("building and swapping in the new filter", 0);
         let new_plan = KeyPlan::build(new.iter().copied(), limits)?;
-        let mut superset_live = false;
-        if !removed.is_empty() {
+        // Entries removed: first a table of the old and new ones together,
+        // so the commit never finds a stored entry missing.
+        let union_live = !removed.is_empty() && {
             let union = KeyPlan::build(new.iter().chain(&recorded.removed).copied(), limits);
             let swapped = union
                 .map_err(ControlError::from)
                 .and_then(|union| live.install(&union, seed).map_err(ControlError::from));
             match swapped {
-                Ok(()) => superset_live = true,
+                Ok(()) => true,
                 // Too large together: the new table alone, before the commit.
-                Err(ControlError::Xdp(XdpError::Full(_)) | ControlError::Plan(_)) => {}
+                Err(ControlError::Xdp(XdpError::Full(_)) | ControlError::Plan(_)) => false,
                 Err(error) => return Err(error),
             }
-            crash_point("union-installed");
+        };
+        crash_point("union-installed");
+        if !union_live {
+            live.install(&new_plan, seed)
+                .map_err(|error| unchanged(live, error))?;
+            crash_point("installed");
         }
-        if let Err(error) = live.install(&new_plan, seed) {
-            // Unchanged, or a superset of the old entries: exact only if
-            // unchanged, else the mark stays for the repair.
-            if !superset_live {
-                live.end_update();
-            }
-            return Err(WayOut::Resize.explain(error));
-        }
-        crash_point("installed");
         progress.start("committing", 0);
         self.commit_or_repair(live, txn)?;
         crash_point("committed");
+        if union_live {
+            live.install(&new_plan, seed)
+                .map_err(|error| WayOut::Resize.explain(error))?;
+        }
         Ok(FilterUpdate::Rebuilt {
             keys: new_plan.key_count(),
         })
@@ -459,6 +460,13 @@ impl Control {
         live.clear_bits(&unmarked);
         Ok(())
     }
+}
+
+/// The error of a write that left the live filter as it was (a full
+/// filter): the update is over, and the way out is a resize.
+fn unchanged(live: &LiveFilter, error: XdpError) -> ControlError {
+    live.end_update();
+    WayOut::Resize.explain(error)
 }
 
 /// Step 1: records `change` in `txn` and in `report`.

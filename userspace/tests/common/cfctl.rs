@@ -6,8 +6,25 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use super::netns::ensure_bpffs;
+use super::netns::{ensure_bpffs, TestNetwork};
 use super::require_root;
+
+/// A test network on `subnet` and cfctl attached (in `mode`, native or
+/// skb) to its host end with a filter for `capacity` keys (bind both: the
+/// cfctl guard, second, is dropped first).
+pub fn attached(subnet: u8, name: &str, capacity: &str, mode: &str) -> (TestNetwork, Cfctl) {
+    let network = TestNetwork::new(subnet);
+    let cfctl = Cfctl::new(name);
+    cfctl.ok(&[
+        "attach",
+        &network.host_link,
+        "--capacity",
+        capacity,
+        "--mode",
+        mode,
+    ]);
+    (network, cfctl)
+}
 
 /// The cfctl binary cargo built for these tests.
 pub fn binary() -> Command {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use userspace::control::device::{DeviceDelete, DeviceImport};
 use userspace::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
-    FilterUpdate, Progress, Status, VerifyReport,
+    FilterUpdate, Progress, Status, TableSummary, VerifyReport,
 };
 use userspace::text::{escape_comment, Escaped};
 use userspace::xdp::maps::PREFILTER_BYTES;
@@ -82,6 +82,15 @@ pub fn attach(report: &AttachReport) {
         thousands(report.entries as u64),
         thousands(report.keys as u64)
     );
+}
+
+pub fn resize(summary: &TableSummary) {
+    println!(
+        "resized: {} buckets, {} keys ({:.1}% of slots); swapped in on every link",
+        thousands(summary.buckets as u64),
+        thousands(summary.fingerprints as u64),
+        summary.load_factor * 100.0
+    )
 }
 
 pub fn detach(report: &DetachReport) {

@@ -49,57 +49,27 @@
 //! callers apply the plan's diff between the transaction's changes and its
 //! commit, so that a failure there aborts the transaction.
 
+mod records;
+mod schema;
+mod transaction;
+
 use std::collections::HashMap;
 use std::fs;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
-use redb::{
-    Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition, WriteTransaction,
+use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+pub use records::{AddReport, DeleteReport, Entry, FilterSettings, NewEntry, ReplaceReport};
+use schema::{
+    decode_net, encode_net, unix_seconds, NetBytes, ALLOWLIST, BLOCKLIST, FILTER_SETTINGS_KEY,
+    META, SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
 };
-use serde::{Deserialize, Serialize};
-
-use crate::blocklist::ParsedList;
-use crate::plan::PlanLimits;
-use crate::{MatchAddress, Mode, Policy};
-
-/// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 1;
-
-type NetBytes = [u8; 18];
-/// (source id, comment, added in Unix seconds)
-type RecordValue = (u32, Option<&'static str>, u64);
-
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const BLOCKLIST: TableDefinition<NetBytes, RecordValue> = TableDefinition::new("blocklist");
-const ALLOWLIST: TableDefinition<NetBytes, RecordValue> = TableDefinition::new("allowlist");
-const SOURCES: TableDefinition<u32, &str> = TableDefinition::new("sources");
-const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
-const SCHEMA_VERSION_KEY: &str = "schema_version";
-const FILTER_SETTINGS_KEY: &str = "filter";
-
-/// Which list entries belong to: the blocklist that becomes the filter, or
-/// the exact allowlist that always wins over it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListKind {
-    /// Addresses to drop.
-    Blocklist,
-    /// Addresses never to drop.
-    Allowlist,
-}
-
-impl ListKind {
-    const fn table(self) -> TableDefinition<'static, NetBytes, RecordValue> {
-        match self {
-            ListKind::Blocklist => BLOCKLIST,
-            ListKind::Allowlist => ALLOWLIST,
-        }
-    }
-}
+pub use schema::{ListKind, SCHEMA_VERSION};
+use transaction::SourceIds;
+pub use transaction::StoreTransaction;
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,125 +124,6 @@ pub enum StoreError {
     },
 }
 
-/// Filter parameters kept with the entries, so that `attach` after a reboot
-/// builds the same filter. Missing fields read as their defaults.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FilterSettings {
-    /// Keys the filter is sized for.
-    pub capacity: u64,
-    /// Fingerprint width: 8, 16 or 32.
-    pub fingerprint_bits: u32,
-    /// Hash seed of the filter.
-    pub seed: u64,
-    /// Which address of a packet is matched.
-    #[serde(with = "crate::setting_names")]
-    pub match_address: MatchAddress,
-    /// Drop, or only count.
-    #[serde(with = "crate::setting_names")]
-    pub mode: Mode,
-    /// Drop listed packets, or everything not allowlisted.
-    #[serde(with = "crate::setting_names")]
-    pub policy: Policy,
-    /// Probe budgets and key limit of the prefix plan.
-    pub plan_limits: PlanLimits,
-    /// This store's id, written into the live filter built from it so that
-    /// a filter and its store recognise each other; zero until a filter is
-    /// first built.
-    pub store_id: u64,
-}
-
-impl FilterSettings {
-    /// Gives the store an id if it has none yet.
-    pub fn claim_store_id(&mut self) {
-        while self.store_id == 0 {
-            self.store_id = crate::filter::random_seed();
-        }
-    }
-}
-
-impl Default for FilterSettings {
-    /// 1 Mi keys, 16-bit fingerprints, seed 0 (choose one when building),
-    /// source matching, enforce, deny, default plan limits, no id yet.
-    fn default() -> Self {
-        Self {
-            capacity: 1 << 20,
-            fingerprint_bits: 16,
-            seed: 0,
-            match_address: MatchAddress::Source,
-            mode: Mode::Enforce,
-            policy: Policy::Deny,
-            plan_limits: PlanLimits::default(),
-            store_id: 0,
-        }
-    }
-}
-
-/// An entry to add.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NewEntry<'a> {
-    /// The network (host bits zero).
-    pub net: IpNet,
-    /// Where it comes from: a file name, `-`, or `cli`.
-    pub source: &'a str,
-    /// Its comment (a Spamhaus SBL id), if any.
-    pub comment: Option<&'a str>,
-}
-
-impl<'a> NewEntry<'a> {
-    /// The entries of a parsed list.
-    pub fn from_list(list: &'a ParsedList) -> impl Iterator<Item = NewEntry<'a>> + 'a {
-        list.entries.iter().map(|listed| NewEntry {
-            net: listed.net,
-            source: &list.source,
-            comment: listed.comment.as_deref(),
-        })
-    }
-}
-
-/// A stored entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// The network.
-    pub net: IpNet,
-    /// Where it came from.
-    pub source: String,
-    /// Its comment, if any.
-    pub comment: Option<String>,
-    /// When it was added (whole seconds).
-    pub added: SystemTime,
-}
-
-/// What an add did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AddReport {
-    /// Networks that were not listed and now are, in input order.
-    pub added: Vec<IpNet>,
-    /// Networks that were listed already (or twice in the input): unchanged.
-    pub already_listed: Vec<IpNet>,
-}
-
-/// What a delete did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeleteReport {
-    /// Networks that were listed and are not any more.
-    pub deleted: Vec<IpNet>,
-    /// Networks that were not listed.
-    pub missing: Vec<IpNet>,
-}
-
-/// What a replace did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplaceReport {
-    /// Networks new to the set.
-    pub added: Vec<IpNet>,
-    /// Networks no longer in the set.
-    pub removed: Vec<IpNet>,
-    /// Networks in both: their time added is kept, source and comment are
-    /// the new ones.
-    pub kept: usize,
-}
-
 /// The entry store in one state directory.
 pub struct Store {
     db: Database,
@@ -302,6 +153,8 @@ impl Store {
         };
         // Created here with its mode, so that redb finds an empty file to
         // start a store in.
+        // An existing file that is empty was truncated: redb would start a
+        // new store in it, and the list would be gone without a word.
         match fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -309,7 +162,14 @@ impl Store {
             .open(&path)
         {
             Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                if fs::metadata(&path).is_ok_and(|file| file.len() == 0) {
+                    return Err(StoreError::Damaged {
+                        path,
+                        what: "the file is empty".to_owned(),
+                    });
+                }
+            }
             Err(error) => return Err(database_error(DatabaseError::Storage(error.into()))),
         }
         let db = guarded(&path, || Database::create(&path).map_err(database_error))?;
@@ -564,188 +424,6 @@ impl Store {
     }
 }
 
-/// Source names and their ids, as in the `sources` table.
-struct SourceIds {
-    ids: HashMap<String, u32>,
-    next: u32,
-}
-
-impl SourceIds {
-    fn from_names(names: HashMap<u32, String>) -> Self {
-        let next = names.keys().max().map_or(0, |max| max + 1);
-        let ids = names.into_iter().map(|(id, name)| (name, id)).collect();
-        Self { ids, next }
-    }
-
-    /// The id of `name`, recorded in `table` if new.
-    fn id(
-        &mut self,
-        table: &mut redb::Table<u32, &'static str>,
-        name: &str,
-    ) -> Result<u32, redb::StorageError> {
-        if let Some(&id) = self.ids.get(name) {
-            return Ok(id);
-        }
-        let id = self.next;
-        table.insert(id, name)?;
-        self.ids.insert(name.to_owned(), id);
-        self.next += 1;
-        Ok(id)
-    }
-}
-
-/// A write transaction: nothing it does is visible, or persisted, before
-/// [`commit`](Self::commit); dropping it discards everything.
-pub struct StoreTransaction<'s> {
-    store: &'s Store,
-    txn: WriteTransaction,
-    now: u64,
-    sources: SourceIds,
-}
-
-impl StoreTransaction<'_> {
-    /// Adds entries to `list`; those already listed keep their record.
-    pub fn add<'a>(
-        &mut self,
-        list: ListKind,
-        entries: impl IntoIterator<Item = NewEntry<'a>>,
-    ) -> Result<AddReport, StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-            let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
-            let mut report = AddReport::default();
-            for entry in entries {
-                let key = encode_net(&entry.net);
-                let source = self
-                    .sources
-                    .id(&mut sources, entry.source)
-                    .in_store(self.store)?;
-                let previous = table
-                    .insert(key, (source, entry.comment, self.now))
-                    .in_store(self.store)?
-                    .map(|record| {
-                        let (source, comment, added) = record.value();
-                        (source, comment.map(str::to_owned), added)
-                    });
-                match previous {
-                    // Listed already: put its record back (rare, so the common
-                    // case needs one B-tree walk, not two).
-                    Some((source, comment, added)) => {
-                        table
-                            .insert(key, (source, comment.as_deref(), added))
-                            .in_store(self.store)?;
-                        report.already_listed.push(entry.net);
-                    }
-                    None => report.added.push(entry.net),
-                }
-            }
-            Ok(report)
-        })
-    }
-
-    /// Deletes entries of `list` by network.
-    pub fn delete(
-        &mut self,
-        list: ListKind,
-        nets: impl IntoIterator<Item = IpNet>,
-    ) -> Result<DeleteReport, StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            let mut report = DeleteReport::default();
-            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-            for net in nets {
-                if table
-                    .remove(encode_net(&net))
-                    .in_store(self.store)?
-                    .is_some()
-                {
-                    report.deleted.push(net);
-                } else {
-                    report.missing.push(net);
-                }
-            }
-            Ok(report)
-        })
-    }
-
-    /// Replaces the whole of `list` with `entries` (later duplicates
-    /// ignored).
-    pub fn replace<'a>(
-        &mut self,
-        list: ListKind,
-        entries: impl IntoIterator<Item = NewEntry<'a>>,
-    ) -> Result<ReplaceReport, StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            // Time added of every old entry; then start from an empty table.
-            let mut old: HashMap<NetBytes, u64> = HashMap::new();
-            {
-                let table = self.txn.open_table(list.table()).in_store(self.store)?;
-                for row in table.iter().in_store(self.store)? {
-                    let (key, value) = row.in_store(self.store)?;
-                    old.insert(key.value(), value.value().2);
-                }
-            }
-            self.txn.delete_table(list.table()).in_store(self.store)?;
-
-            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-            let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
-            let mut report = ReplaceReport::default();
-            for entry in entries {
-                let key = encode_net(&entry.net);
-                if table.get(key).in_store(self.store)?.is_some() {
-                    continue;
-                }
-                let added = match old.remove(&key) {
-                    Some(added) => {
-                        report.kept += 1;
-                        added
-                    }
-                    None => {
-                        report.added.push(entry.net);
-                        self.now
-                    }
-                };
-                let source = self
-                    .sources
-                    .id(&mut sources, entry.source)
-                    .in_store(self.store)?;
-                table
-                    .insert(key, (source, entry.comment, added))
-                    .in_store(self.store)?;
-            }
-            let mut removed: Vec<NetBytes> = old.into_keys().collect();
-            removed.sort_unstable();
-            report.removed = removed
-                .iter()
-                .map(|key| self.store.decode_net(key))
-                .collect::<Result<_, _>>()?;
-            Ok(report)
-        })
-    }
-
-    /// Writes the filter settings.
-    pub fn set_settings(&mut self, settings: &FilterSettings) -> Result<(), StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            let json = serde_json::to_string(settings)
-                .map_err(|error| self.store.corrupt(format!("filter settings: {error}")))?;
-            let mut table = self.txn.open_table(SETTINGS).in_store(self.store)?;
-            table
-                .insert(FILTER_SETTINGS_KEY, json.as_str())
-                .in_store(self.store)?;
-            Ok(())
-        })
-    }
-
-    /// Makes every change of the transaction durable, atomically.
-    pub fn commit(self) -> Result<(), StoreError> {
-        let store = self.store;
-        store.guarded(|| self.txn.commit().in_store(store))
-    }
-}
-
 /// Attaches the store's path to redb's errors.
 trait InStore<T> {
     fn in_store(self, store: &Store) -> Result<T, StoreError>;
@@ -801,38 +479,4 @@ fn guarded<T>(
             what: format!("redb: {what}"),
         })
     })
-}
-
-fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
-}
-
-fn encode_net(net: &IpNet) -> NetBytes {
-    let mut bytes = [0u8; 18];
-    match net.network() {
-        IpAddr::V4(address) => {
-            bytes[0] = 4;
-            bytes[1..5].copy_from_slice(&address.octets());
-        }
-        IpAddr::V6(address) => {
-            bytes[0] = 6;
-            bytes[1..17].copy_from_slice(&address.octets());
-        }
-    }
-    bytes[17] = net.prefix_len();
-    bytes
-}
-
-fn decode_net(bytes: &NetBytes) -> Option<IpNet> {
-    let [family, address @ .., prefix_len] = *bytes;
-    let address = match family {
-        4 => {
-            let octets: [u8; 4] = address[..4].try_into().ok()?;
-            IpAddr::V4(Ipv4Addr::from(octets))
-        }
-        6 => IpAddr::V6(Ipv6Addr::from(address)),
-        _ => return None,
-    };
-    IpNet::new(address, prefix_len).ok()
 }

@@ -55,53 +55,22 @@
 //! This module holds no filter, does no I/O and knows nothing of the store
 //! or the loader: it maps entries to keys.
 
+mod check;
+mod diff;
+mod lengths;
+
 use std::net::IpAddr;
 
-use blocklist_ebpf::prefilter::{
-    ipv4_block, ipv6_block, key_bits, Prefilter, PrefilterBit, PREFILTER_BLOCKS,
-};
-use blocklist_ebpf::MAX_PREFIX_LENGTHS;
+use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use filter_core::{AddressFamily, NetKey};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 
-/// Default bound on expanded keys: 16 Mi keys, as many as the largest filter
-/// the data plane is sized for.
-pub const DEFAULT_MAX_KEYS: u64 = 1 << 24;
-
-/// Bounds on a plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PlanLimits {
-    /// Most active IPv4 prefix lengths (probes per IPv4 packet).
-    pub ipv4_lengths: usize,
-    /// Most active IPv6 prefix lengths (probes per IPv6 packet).
-    pub ipv6_lengths: usize,
-    /// Most expanded keys, both families together.
-    pub max_keys: u64,
-}
-
-impl Default for PlanLimits {
-    /// The data plane's probe budget for both families, [`DEFAULT_MAX_KEYS`].
-    fn default() -> Self {
-        Self {
-            ipv4_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
-            ipv6_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
-            max_keys: DEFAULT_MAX_KEYS,
-        }
-    }
-}
-
-impl PlanLimits {
-    /// The probe budget of `family`.
-    pub const fn budget(&self, family: AddressFamily) -> usize {
-        match family {
-            AddressFamily::Ipv4 => self.ipv4_lengths,
-            AddressFamily::Ipv6 => self.ipv6_lengths,
-        }
-    }
-}
+pub use check::{CheckReport, CheckVerdict};
+pub use diff::KeyDiff;
+use diff::{cancel_common, marked_lengths, BitReferences};
+use lengths::expansion_size;
+pub use lengths::{choose_lengths, ActiveLengths, PlanLimits, DEFAULT_MAX_KEYS};
 
 /// The family of an address.
 pub fn family_of_address(address: IpAddr) -> AddressFamily {
@@ -203,243 +172,6 @@ fn describe_lengths(lengths: &[u8]) -> String {
     }
     let names: Vec<String> = lengths.iter().map(|len| format!("/{len}")).collect();
     names.join(" ")
-}
-
-/// Active prefix lengths per family, longest first: what the XDP program
-/// probes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ActiveLengths {
-    ipv4: Vec<u8>,
-    ipv6: Vec<u8>,
-}
-
-impl ActiveLengths {
-    /// Lengths for each family, in any order, duplicates ignored; `None` if
-    /// a length is longer than its family's addresses.
-    pub fn new(ipv4: &[u8], ipv6: &[u8]) -> Option<Self> {
-        Some(Self {
-            ipv4: probe_order(AddressFamily::Ipv4, ipv4)?,
-            ipv6: probe_order(AddressFamily::Ipv6, ipv6)?,
-        })
-    }
-
-    /// The IPv4 lengths, longest first.
-    pub fn ipv4(&self) -> &[u8] {
-        &self.ipv4
-    }
-
-    /// The IPv6 lengths, longest first.
-    pub fn ipv6(&self) -> &[u8] {
-        &self.ipv6
-    }
-
-    /// The lengths of `family`, longest first.
-    pub fn get(&self, family: AddressFamily) -> &[u8] {
-        match family {
-            AddressFamily::Ipv4 => &self.ipv4,
-            AddressFamily::Ipv6 => &self.ipv6,
-        }
-    }
-
-    /// The shortest active length of `family` that is at least `len`.
-    fn target(&self, family: AddressFamily, len: u8) -> Option<u8> {
-        self.get(family)
-            .iter()
-            .rev()
-            .copied()
-            .find(|&active| active >= len)
-    }
-}
-
-fn probe_order(family: AddressFamily, lengths: &[u8]) -> Option<Vec<u8>> {
-    let mut sorted = lengths.to_vec();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    sorted.dedup();
-    match sorted.first() {
-        Some(&longest) if longest > family.max_prefix_len() => None,
-        _ => Some(sorted),
-    }
-}
-
-/// Keys an entry of length `len` expands to at length `target`, `None` if
-/// more than `u128` can count.
-fn expansion_size(len: u8, target: u8) -> Option<u128> {
-    1u128.checked_shl(u32::from(target - len))
-}
-
-/// The best active lengths for a family whose entries have `histogram[len]`
-/// entries of each length: at most `budget` lengths, longest first, and the
-/// number of keys they expand to (saturating). Empty if there are no
-/// entries; `None` if there are entries and the budget is zero.
-pub fn choose_lengths(histogram: &[u64], budget: usize) -> Option<(Vec<u8>, u128)> {
-    let present: Vec<(u8, u64)> = (0u8..=u8::MAX)
-        .zip(histogram.iter().copied())
-        .filter(|&(_, count)| count > 0)
-        .collect();
-    if present.is_empty() {
-        return Some((Vec::new(), 0));
-    }
-    if budget == 0 {
-        return None;
-    }
-    // cost(from, to): keys for the present lengths at indices from..=to,
-    // all expanded to the length at `to`.
-    let cost = |from: usize, to: usize| -> u128 {
-        let (target, _) = present[to];
-        present[from..=to].iter().fold(0u128, |sum, &(len, count)| {
-            let per_entry = expansion_size(len, target).unwrap_or(u128::MAX);
-            sum.saturating_add(per_entry.saturating_mul(u128::from(count)))
-        })
-    };
-    let n = present.len();
-    let rounds = budget.min(n);
-    // best[j][i] and the previous active index that achieved it.
-    let mut best = vec![vec![(u128::MAX, None::<usize>); n]; rounds];
-    for (i, slot) in best[0].iter_mut().enumerate() {
-        *slot = (cost(0, i), None);
-    }
-    for j in 1..rounds {
-        for i in j..n {
-            let candidate = (j - 1..i)
-                .map(|p| (best[j - 1][p].0.saturating_add(cost(p + 1, i)), Some(p)))
-                .min_by_key(|&(keys, _)| keys);
-            if let Some(candidate) = candidate {
-                best[j][i] = candidate;
-            }
-        }
-    }
-    // Fewest keys; among equals, fewest lengths (fewer probes per packet).
-    let (mut round, mut keys) = (0, best[0][n - 1].0);
-    for (j, row) in best.iter().enumerate().skip(1) {
-        if row[n - 1].0 < keys {
-            (round, keys) = (j, row[n - 1].0);
-        }
-    }
-    let mut lengths = Vec::with_capacity(round + 1);
-    let mut index = Some(n - 1);
-    while let Some(i) = index {
-        lengths.push(present[i].0);
-        index = best[round][i].1;
-        round = round.saturating_sub(1);
-    }
-    Some((lengths, keys))
-}
-
-/// Filter keys to insert and to remove for one update, and prefilter bits
-/// to set and to clear. Write them in field order: set bits, insert,
-/// remove, clear bits. No key and no bit is in both of its lists, and the
-/// order keeps every listed address listed throughout (a key's bits are set
-/// before it goes in; a bit is cleared only once no key marks it).
-///
-/// The bits are counted over the plan's own keys. For a plan of every
-/// entry in the filter both lists are exact. A plan of only some entries
-/// (the control plane's plan of the entries around a change) does not see
-/// the other keys in the same blocks: its bits to set are still safe to
-/// set, but its bits to clear may be needed by keys it does not hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KeyDiff {
-    /// Prefilter bits no key marked before and some key marks now.
-    pub set_bits: Vec<PrefilterBit>,
-    /// Keys no entry covered before and some entry covers now.
-    pub insert: Vec<NetKey>,
-    /// Keys some entry covered before and none covers now.
-    pub remove: Vec<NetKey>,
-    /// Prefilter bits some key marked before and none marks now.
-    pub clear_bits: Vec<PrefilterBit>,
-}
-
-/// How many keys mark each prefilter bit: per family, per block, per
-/// length position.
-#[derive(Clone, Debug)]
-struct BitReferences {
-    ipv4: Vec<[u32; MAX_PREFIX_LENGTHS]>,
-    ipv6: Vec<[u32; MAX_PREFIX_LENGTHS]>,
-}
-
-impl BitReferences {
-    fn new() -> Self {
-        Self {
-            ipv4: vec![[0; MAX_PREFIX_LENGTHS]; PREFILTER_BLOCKS],
-            ipv6: vec![[0; MAX_PREFIX_LENGTHS]; PREFILTER_BLOCKS],
-        }
-    }
-
-    fn counts(&self, family: AddressFamily) -> &[[u32; MAX_PREFIX_LENGTHS]] {
-        match family {
-            AddressFamily::Ipv4 => &self.ipv4,
-            AddressFamily::Ipv6 => &self.ipv6,
-        }
-    }
-
-    fn count_mut(&mut self, bit: PrefilterBit) -> &mut u32 {
-        let counts = match bit.family {
-            AddressFamily::Ipv4 => &mut self.ipv4,
-            AddressFamily::Ipv6 => &mut self.ipv6,
-        };
-        &mut counts[bit.block as usize][usize::from(bit.length_index)]
-    }
-
-    /// Counts a key that entered the filter; pushes the bits it is the
-    /// first to mark. `lengths`: the active lengths of its family.
-    fn add(&mut self, key: &NetKey, lengths: &[u8], newly_marked: &mut Vec<PrefilterBit>) {
-        for_each_distinct_bit(key, lengths, |bit| {
-            let count = self.count_mut(bit);
-            if *count == 0 {
-                newly_marked.push(bit);
-            }
-            *count += 1;
-        });
-    }
-
-    /// Uncounts a key that left the filter; pushes the bits no key marks
-    /// any more.
-    fn remove(&mut self, key: &NetKey, lengths: &[u8], unmarked: &mut Vec<PrefilterBit>) {
-        for_each_distinct_bit(key, lengths, |bit| {
-            let count = self.count_mut(bit);
-            *count -= 1;
-            if *count == 0 {
-                unmarked.push(bit);
-            }
-        });
-    }
-}
-
-/// The prefilter byte of a block whose length positions have `counts`
-/// marking keys.
-fn marked_lengths(counts: &[u32; MAX_PREFIX_LENGTHS]) -> u8 {
-    (0..)
-        .zip(counts)
-        .filter(|&(_, &count)| count > 0)
-        .fold(0, |mask, (position, _)| mask | 1 << position)
-}
-
-/// Calls `visit` once for every prefilter bit `key` marks.
-fn for_each_distinct_bit(key: &NetKey, lengths: &[u8], visit: impl FnMut(PrefilterBit)) {
-    let bits = key_bits(key, lengths);
-    if !bits.may_repeat() {
-        bits.for_each(visit);
-        return;
-    }
-    let mut bits: Vec<PrefilterBit> = bits.collect();
-    bits.sort_unstable_by_key(|bit| bit.block);
-    bits.dedup();
-    bits.into_iter().for_each(visit);
-}
-
-/// Removes what is in both lists from both (changes an update made and
-/// undid again).
-fn cancel_common<T: Copy + Eq + std::hash::Hash>(first: &mut Vec<T>, second: &mut Vec<T>) {
-    if first.is_empty() || second.is_empty() {
-        return;
-    }
-    let in_first: HashSet<T> = first.iter().copied().collect();
-    let common: HashSet<T> = second
-        .iter()
-        .copied()
-        .filter(|item| in_first.contains(item))
-        .collect();
-    first.retain(|item| !common.contains(item));
-    second.retain(|item| !common.contains(item));
 }
 
 /// The exact entry set, its active lengths and the reference-counted keys
@@ -741,45 +473,6 @@ fn net_key(family: AddressFamily, bits: u128, len: u8) -> NetKey {
     key.expect("prefix lengths in a plan are at most the family's address width")
 }
 
-/// What [`KeyPlan::check`] found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckReport {
-    /// The address checked.
-    pub address: IpAddr,
-    /// The entries that contain it, longest first.
-    pub covering: Vec<IpNet>,
-    /// The first probe key the filter matched, if any: where the XDP
-    /// program would stop.
-    pub filter_hit: Option<NetKey>,
-}
-
-/// The meaning of a [`CheckReport`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CheckVerdict {
-    /// Entries cover the address and the filter matches it.
-    Listed,
-    /// No entry covers it and the filter does not match it.
-    NotListed,
-    /// No entry covers it, yet the filter matches it: a false positive of
-    /// the approximate filter (packets from it are dropped too).
-    FalsePositive,
-    /// An entry covers it but the filter does not match it: the filter is
-    /// out of date (`cfctl verify` rebuilds it).
-    MissingFromFilter,
-}
-
-impl CheckReport {
-    /// What the report means.
-    pub fn verdict(&self) -> CheckVerdict {
-        match (self.covering.is_empty(), self.filter_hit.is_some()) {
-            (false, true) => CheckVerdict::Listed,
-            (true, false) => CheckVerdict::NotListed,
-            (true, true) => CheckVerdict::FalsePositive,
-            (false, false) => CheckVerdict::MissingFromFilter,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
@@ -787,6 +480,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use blocklist_ebpf::prefilter::PREFILTER_BLOCKS;
 
     /// Active lengths four apart, so that every entry length expands to at
     /// most 8 keys.

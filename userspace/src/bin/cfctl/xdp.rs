@@ -1,0 +1,236 @@
+//! The verbs on the XDP blocklist and its store: each command opens the
+//! control plane the way it needs it (creating the store only for commands
+//! that add something), runs, and prints its report.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use userspace::control::{
+    self, attach, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
+    EntryRecord, NoProgress, StoreUse,
+};
+use userspace::store::{ListKind, NewEntry};
+use userspace::text::{self, Escaped};
+use userspace::xdp::PinDir;
+use userspace::Setting;
+
+use crate::cli::{AddArgs, AllowCommand, AttachArgs, Command, GlobalOptions, ImportArgs};
+use crate::input::{nets_to_add, parse_address, parse_nets, read_list};
+use crate::{answer_check, print, report};
+
+/// Runs `command` on the blocklist pinned in `--pin-dir` and the store in
+/// `--state-dir`.
+pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
+    match command {
+        Command::Stats(args) => return stats(global, args.watch),
+        Command::Save => {
+            bail!("`cfctl save` needs --device (the XDP store is saved on every change)")
+        }
+        _ => {}
+    }
+    require_privileges(match command {
+        Command::Attach(_) => "attach XDP programs",
+        Command::Detach(_) => "detach XDP programs",
+        Command::Resize(_) => "load a resized XDP program",
+        _ => "use the pinned blocklist and its store",
+    })?;
+    if let Command::Detach(args) = command {
+        let interfaces = (!args.all).then_some(args.interfaces.as_slice());
+        let report = attach::detach(&PinDir::new(&global.pin_dir), interfaces, args.keep_state)?;
+        return print(global, &report, report::detach);
+    }
+    let store_use = match command {
+        Command::Attach(_) | Command::Add(_) | Command::Import(_) => StoreUse::Create,
+        Command::Allow(AllowCommand::Add(_)) => StoreUse::Create,
+        _ => StoreUse::Existing,
+    };
+    let mut control = Control::open_with_notices(
+        &global.pin_dir,
+        &global.state_dir,
+        store_use,
+        Box::new(|notice| eprintln!("cfctl: {}", Escaped(notice))),
+    )?;
+    control.set_force(global.force);
+    on_store(global, &mut control, command)
+}
+
+/// Runs a command that needs the store.
+fn on_store(
+    global: &GlobalOptions,
+    control: &mut Control,
+    command: &Command,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Attach(args) => attach(global, control, args),
+        Command::Add(args) => add(global, control, ListKind::Blocklist, args),
+        Command::Del(args) => delete(global, control, ListKind::Blocklist, &args.entries),
+        Command::Allow(AllowCommand::Add(args)) => add(global, control, ListKind::Allowlist, args),
+        Command::Allow(AllowCommand::Del(args)) => {
+            delete(global, control, ListKind::Allowlist, &args.entries)
+        }
+        Command::Allow(AllowCommand::List) => list(global, control, ListKind::Allowlist),
+        Command::Check(args) => {
+            let result = control.check(parse_address(&args.address)?)?;
+            let listed = !result.covering.is_empty();
+            answer_check(global, args.quiet, listed, &result, report::check)
+        }
+        Command::List => list(global, control, ListKind::Blocklist),
+        Command::Export => {
+            let entries = records(control, ListKind::Blocklist)?;
+            match global.json {
+                true => report::json(&entries),
+                false => report::export(&entries),
+            }
+        }
+        Command::Import(args) => import(global, control, args),
+        Command::Status => print(global, &control.status()?, report::status),
+        Command::Mode(args) => {
+            control.set_mode(args.mode)?;
+            let name = args.mode.name();
+            print(global, &serde_json::json!({ "mode": name }), |_| {
+                println!("mode: {name}")
+            })
+        }
+        Command::Verify => verify(global, control),
+        Command::Resize(args) => {
+            let summary = control.resize(args.capacity)?;
+            print(global, &summary, report::resize)
+        }
+        Command::Stats(_)
+        | Command::Save
+        | Command::Detach(_)
+        | Command::Man(_)
+        | Command::Completions(_) => unreachable!("handled before the store is opened"),
+    }
+}
+
+fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> anyhow::Result<()> {
+    let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
+        (Some(bits), _) => Some(bits.parse()?),
+        (None, Some(fpr)) => Some(fingerprint_bits_for_fpr(fpr)?),
+        (None, None) => None,
+    };
+    let options = AttachOptions {
+        capacity: args.capacity,
+        fingerprint_bits,
+        match_address: args.match_address,
+        policy: args.policy,
+    };
+    let report = control.attach(&args.interfaces, args.mode, options)?;
+    print(global, &report, report::attach)
+}
+
+fn add(
+    global: &GlobalOptions,
+    control: &mut Control,
+    list: ListKind,
+    args: &AddArgs,
+) -> anyhow::Result<()> {
+    let nets = nets_to_add(global, &args.entries)?;
+    let comment = match args.comment.as_deref() {
+        Some(comment) => text::check_comment(comment).context("--comment")?,
+        None => None,
+    };
+    let entries: Vec<NewEntry<'_>> = nets
+        .iter()
+        .map(|&net| NewEntry {
+            net,
+            source: "cli",
+            comment,
+        })
+        .collect();
+    let report = control.change(list, Change::Add(&entries), &NoProgress)?;
+    print(global, &report, report::change)
+}
+
+fn delete(
+    global: &GlobalOptions,
+    control: &mut Control,
+    list: ListKind,
+    texts: &[String],
+) -> anyhow::Result<()> {
+    let nets = parse_nets(texts)?;
+    let report = control.change(list, Change::Delete(&nets), &NoProgress)?;
+    print(global, &report, report::change)
+}
+
+fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> anyhow::Result<()> {
+    let list = read_list(global, args)?;
+    let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list).collect();
+    let change = match args.replace {
+        true => Change::Replace(&entries),
+        false => Change::Add(&entries),
+    };
+    let bar = report::Bar::new(entries.len());
+    let report = control.change(ListKind::Blocklist, change, &bar)?;
+    drop(bar);
+    print(global, &report, report::change)
+}
+
+fn verify(global: &GlobalOptions, control: &mut Control) -> anyhow::Result<()> {
+    let report = control.verify()?;
+    print(global, &report, report::verify)?;
+    if let Some(problem) = report.problems.first() {
+        bail!(
+            "verify failed: {problem}{} (`cfctl attach IFACE` rebuilds the filter from the \
+             store)",
+            match report.problems.len() {
+                1 => String::new(),
+                more => format!(" (and {} more problems)", more - 1),
+            }
+        );
+    }
+    Ok(())
+}
+
+fn records(control: &Control, list: ListKind) -> anyhow::Result<Vec<EntryRecord>> {
+    Ok(control
+        .store()
+        .entries(list)?
+        .into_iter()
+        .map(EntryRecord::from)
+        .collect())
+}
+
+fn list(global: &GlobalOptions, control: &Control, list: ListKind) -> anyhow::Result<()> {
+    let entries = records(control, list)?;
+    print(global, &entries, |entries| report::entries(entries))
+}
+
+/// `cfctl stats`: totals, or rates every interval with `--watch`. Needs no
+/// store, so it works while another cfctl holds it.
+fn stats(global: &GlobalOptions, watch: Option<Duration>) -> anyhow::Result<()> {
+    require_privileges("read the pinned blocklist counters")?;
+    let Some(interval) = watch else {
+        let counters = control::read_counters(&global.pin_dir)?;
+        return print(global, &counters, |counters| {
+            report::counters(counters, None)
+        });
+    };
+    let seconds = interval.as_secs_f64();
+    let mut before = control::read_counters(&global.pin_dir)?;
+    loop {
+        std::thread::sleep(interval);
+        let now = control::read_counters(&global.pin_dir)?;
+        // Counters that never counted anything stay out of the table.
+        let deltas: Vec<_> = now
+            .iter()
+            .zip(&before)
+            .filter(|(now, _)| now.packets > 0)
+            .map(|(now, before)| control::CounterRecord {
+                packets: now.packets.saturating_sub(before.packets),
+                bytes: now.bytes.saturating_sub(before.bytes),
+                ..*now
+            })
+            .collect();
+        if global.json {
+            report::json(&serde_json::json!({ "seconds": seconds, "counters": deltas }))?;
+        } else {
+            report::counters(&deltas, Some(seconds));
+            println!();
+        }
+        std::io::stdout().flush()?;
+        before = now;
+    }
+}
