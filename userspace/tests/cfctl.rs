@@ -95,7 +95,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
     }
     let check = cfctl.check(&listed_v4);
     assert_eq!(check["verdict"], "listed");
-    assert_eq!(check["covering"][0]["comment"], "test peer");
+    assert_eq!(check["covering"][0]["sources"][0]["comment"], "test peer");
     assert_eq!(
         cfctl.check(&network.v4(2).to_string())["verdict"],
         "not_listed"
@@ -275,12 +275,16 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
                 .iter()
                 .map(|&net| NewEntry {
                     net,
-                    source: "hammer",
                     comment: None,
+                    expires: None,
                 })
                 .collect();
+            let add = Change::Add {
+                source: "hammer",
+                entries: &entries,
+            };
             control
-                .change(ListKind::Blocklist, Change::Add(&entries), &NoProgress)
+                .change(ListKind::Blocklist, add, &NoProgress)
                 .expect("adding a batch");
             present.extend(added);
             let deleting = if present.len() > 1000 {
@@ -292,8 +296,12 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
             for _ in 0..deleting {
                 deleted.push(present.swap_remove(rng.random_range(0..present.len())));
             }
+            let delete = Change::Delete {
+                source: "hammer",
+                nets: &deleted,
+            };
             control
-                .change(ListKind::Blocklist, Change::Delete(&deleted), &NoProgress)
+                .change(ListKind::Blocklist, delete, &NoProgress)
                 .expect("deleting a batch");
             operations += (BATCH + deleting) as u64;
         }

@@ -41,7 +41,11 @@ fn import_delete_and_check_against_a_filter() {
     .unwrap();
     let mut txn = store.begin().unwrap();
     let report = txn
-        .add(ListKind::Blocklist, NewEntry::from_list(&list))
+        .add(
+            ListKind::Blocklist,
+            "file:feed.txt",
+            NewEntry::from_list(&list, None),
+        )
         .unwrap();
     // First import: plan from scratch and fill the filter, then commit.
     let mut plan = KeyPlan::build(report.added.iter().copied(), PlanLimits::default()).unwrap();
@@ -66,13 +70,19 @@ fn import_delete_and_check_against_a_filter() {
         .entry(ListKind::Blocklist, &report.covering[0])
         .unwrap()
         .unwrap()
-        .comment;
+        .sources[0]
+        .comment
+        .clone();
     assert_eq!(sbl.as_deref(), Some("SBL2"));
 
     // Delete the /16: the /22 inside it stays listed, the rest goes.
     let mut txn = store.begin().unwrap();
     let deleted = txn
-        .delete(ListKind::Blocklist, ["198.18.0.0/16".parse().unwrap()])
+        .delete(
+            ListKind::Blocklist,
+            "file:feed.txt",
+            ["198.18.0.0/16".parse().unwrap()],
+        )
         .unwrap()
         .deleted;
     let diff = plan.update(&[], &deleted).unwrap();

@@ -17,12 +17,13 @@ fn net(text: &str) -> IpNet {
     text.parse().unwrap()
 }
 
+/// Entries for `nets`, with no comment and no expiry.
 fn cli(nets: &[&str]) -> Vec<NewEntry<'static>> {
     nets.iter()
         .map(|text| NewEntry {
             net: net(text),
-            source: "cli",
             comment: None,
+            expires: None,
         })
         .collect()
 }
@@ -44,6 +45,7 @@ fn add_and_delete_report_what_changed() {
     let report = txn
         .add(
             ListKind::Blocklist,
+            "cli",
             cli(&[
                 "2001:db8::/32",
                 "198.18.0.0/15",
@@ -65,6 +67,7 @@ fn add_and_delete_report_what_changed() {
     let report = txn
         .delete(
             ListKind::Blocklist,
+            "cli",
             [net("198.18.0.1/32"), net("198.19.0.0/16")],
         )
         .unwrap();
@@ -80,7 +83,7 @@ fn store_listing(nets: &[&str]) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, cli(nets)).unwrap();
+    txn.add(ListKind::Blocklist, "cli", cli(nets)).unwrap();
     txn.commit().unwrap();
     (dir, store)
 }
@@ -138,24 +141,29 @@ fn entries_keep_source_comment_and_time_and_survive_reopening() {
     {
         let store = Store::open(dir.path()).unwrap();
         let mut txn = store.begin().unwrap();
-        txn.add(ListKind::Blocklist, NewEntry::from_list(&list))
-            .unwrap();
-        txn.add(ListKind::Blocklist, cli(&["198.18.0.1/32"]))
+        txn.add(
+            ListKind::Blocklist,
+            "file:dropv6.txt",
+            NewEntry::from_list(&list, None),
+        )
+        .unwrap();
+        txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.1/32"]))
             .unwrap();
         txn.commit().unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
-    let entries = store.entries(ListKind::Blocklist).unwrap();
+    let entries = store.entries(ListKind::Blocklist, None).unwrap();
     assert_eq!(entries.len(), 3);
     let sbl2 = store
         .entry(ListKind::Blocklist, &net("2001:db8:1::/48"))
         .unwrap()
         .unwrap();
-    assert_eq!(sbl2.source, "dropv6.txt");
-    assert_eq!(sbl2.comment.as_deref(), Some("SBL2"));
-    let age = sbl2.added.elapsed().unwrap_or_default();
+    assert_eq!(sbl2.sources.len(), 1);
+    assert_eq!(sbl2.sources[0].source, "file:dropv6.txt");
+    assert_eq!(sbl2.sources[0].comment.as_deref(), Some("SBL2"));
+    let age = sbl2.sources[0].added.elapsed().unwrap_or_default();
     assert!(age < Duration::from_secs(600), "{age:?}");
-    assert_eq!(entries[0].source, "cli");
+    assert_eq!(entries[0].sources[0].source, "cli");
     assert_eq!(
         store
             .entry(ListKind::Blocklist, &net("2001:db8:2::/48"))
@@ -169,23 +177,23 @@ fn dropped_transactions_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, cli(&["198.18.0.0/24"]))
+    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.0/24"]))
         .unwrap();
     txn.commit().unwrap();
 
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, cli(&["198.18.1.0/24"]))
+    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.1.0/24"]))
         .unwrap();
-    txn.delete(ListKind::Blocklist, [net("198.18.0.0/24")])
+    txn.delete(ListKind::Blocklist, "cli", [net("198.18.0.0/24")])
         .unwrap();
-    txn.replace(ListKind::Blocklist, cli(&["2001:db8::/64"]))
+    txn.replace(ListKind::Blocklist, "cli", cli(&["2001:db8::/64"]))
         .unwrap();
     drop(txn);
     assert_eq!(listed(&store), ["198.18.0.0/24"]);
 }
 
 #[test]
-fn replace_swaps_the_whole_set_and_keeps_time_added_of_kept_entries() {
+fn replace_swaps_a_sources_whole_set_and_keeps_time_added_of_kept_entries() {
     let (_dir, store) = store_listing(&["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]);
     let before = store
         .entry(ListKind::Blocklist, &net("198.18.1.0/24"))
@@ -200,7 +208,7 @@ fn replace_swaps_the_whole_set_and_keeps_time_added_of_kept_entries() {
     .unwrap();
     let mut txn = store.begin().unwrap();
     let report = txn
-        .replace(ListKind::Blocklist, NewEntry::from_list(&list))
+        .replace(ListKind::Blocklist, "cli", NewEntry::from_list(&list, None))
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(report.added, [net("198.18.3.0/24")]);
@@ -211,9 +219,9 @@ fn replace_swaps_the_whole_set_and_keeps_time_added_of_kept_entries() {
         .entry(ListKind::Blocklist, &net("198.18.1.0/24"))
         .unwrap()
         .unwrap();
-    assert_eq!(kept.added, before.added);
-    assert_eq!(kept.source, "new.list");
-    assert_eq!(kept.comment.as_deref(), Some("kept"));
+    assert_eq!(kept.sources[0].added, before.sources[0].added);
+    assert_eq!(kept.sources[0].source, "cli");
+    assert_eq!(kept.sources[0].comment.as_deref(), Some("kept"));
 }
 
 #[test]
@@ -222,31 +230,31 @@ fn the_allowlist_is_a_separate_list() {
     let store = Store::open(dir.path()).unwrap();
     let management = [NewEntry {
         net: net("198.18.9.0/24"),
-        source: "ops",
         comment: Some("management"),
+        expires: None,
     }];
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Allowlist, management).unwrap();
-    txn.add(ListKind::Blocklist, cli(&["198.18.0.0/15"]))
+    txn.add(ListKind::Allowlist, "ops", management).unwrap();
+    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.0/15"]))
         .unwrap();
     txn.commit().unwrap();
 
     // Replacing the blocklist leaves the allowlist and its sources alone.
     let mut txn = store.begin().unwrap();
     let report = txn
-        .replace(ListKind::Blocklist, cli(&["2001:db8::/32"]))
+        .replace(ListKind::Blocklist, "cli", cli(&["2001:db8::/32"]))
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(report.removed, [net("198.18.0.0/15")]);
-    let allowed = store.entries(ListKind::Allowlist).unwrap();
+    let allowed = store.entries(ListKind::Allowlist, None).unwrap();
     assert_eq!(allowed.len(), 1);
-    assert_eq!(allowed[0].source, "ops");
-    assert_eq!(allowed[0].comment.as_deref(), Some("management"));
+    assert_eq!(allowed[0].sources[0].source, "ops");
+    assert_eq!(allowed[0].sources[0].comment.as_deref(), Some("management"));
     assert_eq!(listed(&store), ["2001:db8::/32"]);
 
     let mut txn = store.begin().unwrap();
     let report = txn
-        .delete(ListKind::Allowlist, [net("198.18.0.0/15")])
+        .delete(ListKind::Allowlist, "ops", [net("198.18.0.0/15")])
         .unwrap();
     assert_eq!(report.missing, [net("198.18.0.0/15")]);
 }
@@ -316,8 +324,8 @@ fn generation(generation: u8) -> Vec<IpNet> {
 fn new_entries(nets: &[IpNet]) -> impl Iterator<Item = NewEntry<'_>> {
     nets.iter().map(|&net| NewEntry {
         net,
-        source: "crash-test",
         comment: Some("generation"),
+        expires: None,
     })
 }
 
@@ -356,7 +364,7 @@ fn crash_test_writer() {
         let nets = generation(round);
         let mut txn = store.begin().unwrap();
         writeln!(stdout, "begin {round}").unwrap();
-        txn.replace(ListKind::Blocklist, new_entries(&nets))
+        txn.replace(ListKind::Blocklist, "crash-test", new_entries(&nets))
             .unwrap();
         writeln!(stdout, "replaced {round}").unwrap();
         txn.commit().unwrap();
@@ -371,8 +379,12 @@ fn killed_writers_leave_the_last_commit() {
     {
         let store = Store::open(dir.path()).unwrap();
         let mut txn = store.begin().unwrap();
-        txn.add(ListKind::Blocklist, new_entries(&generation(0)))
-            .unwrap();
+        txn.add(
+            ListKind::Blocklist,
+            "crash-test",
+            new_entries(&generation(0)),
+        )
+        .unwrap();
         txn.commit().unwrap();
     }
     let mut last_committed = 0;
@@ -430,4 +442,153 @@ fn killed_writers_leave_the_last_commit() {
         );
         last_committed = found;
     }
+}
+
+#[test]
+fn a_network_stays_listed_until_every_source_drops_it() {
+    let (_dir, store) = store_listing(&["198.18.0.0/24", "198.18.1.0/24"]);
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(
+            ListKind::Blocklist,
+            "feed:a",
+            cli(&["198.18.1.0/24", "198.18.2.0/24"]),
+        )
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.added, [net("198.18.2.0/24")]);
+    assert_eq!(report.joined, [net("198.18.1.0/24")]);
+    assert_eq!(
+        store.source_counts(ListKind::Blocklist).unwrap(),
+        [("cli".to_owned(), 2), ("feed:a".to_owned(), 2)]
+    );
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 3);
+
+    // The feed drops what the command line also lists: it stays.
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(ListKind::Blocklist, "feed:a", cli(&["198.18.2.0/24"]))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.removed, Vec::<IpNet>::new());
+    assert_eq!(report.still_listed, [net("198.18.1.0/24")]);
+    assert_eq!(report.kept, 1);
+    assert_eq!(
+        listed(&store),
+        ["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]
+    );
+    let only_feed = store.entries(ListKind::Blocklist, Some("feed:a")).unwrap();
+    assert_eq!(only_feed.len(), 1);
+    assert_eq!(only_feed[0].net, net("198.18.2.0/24"));
+
+    // The command line drops it too: now it goes.
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .delete(ListKind::Blocklist, "cli", [net("198.18.1.0/24")])
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.deleted, [net("198.18.1.0/24")]);
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
+}
+
+#[test]
+fn expired_memberships_end_together_and_others_stay() {
+    use std::time::SystemTime;
+    let (_dir, store) = store_listing(&["198.18.0.0/24"]);
+    let now = SystemTime::now();
+    let soon = |seconds| NewEntry {
+        net: net("198.18.0.0/24"),
+        comment: None,
+        expires: Some(now + Duration::from_secs(seconds)),
+    };
+    let mut txn = store.begin().unwrap();
+    // A source lists the permanent entry for a while: it stays after.
+    txn.add(ListKind::Blocklist, "feed:b", [soon(10)]).unwrap();
+    let expiring: Vec<NewEntry> = (0..1000u32)
+        .map(|host| NewEntry {
+            net: IpNet::from(IpAddr::from(Ipv4Addr::from(0xc613_0000 + host))),
+            comment: None,
+            expires: Some(now + Duration::from_secs(10)),
+        })
+        .collect();
+    txn.add(ListKind::Blocklist, "cli", expiring).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(store.next_expiry().unwrap().map(|at| at >= now), Some(true));
+
+    let mut txn = store.begin().unwrap();
+    let early = txn
+        .expire(ListKind::Blocklist, now + Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(early.expired, 0);
+    let report = txn
+        .expire(ListKind::Blocklist, now + Duration::from_secs(10))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.expired, 1001);
+    assert_eq!(report.removed.len(), 1000);
+    assert_eq!(listed(&store), ["198.18.0.0/24"]);
+    assert_eq!(store.next_expiry().unwrap(), None);
+    let entry = store
+        .entry(ListKind::Blocklist, &net("198.18.0.0/24"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.sources.len(), 1, "feed:b's listing expired");
+}
+
+#[test]
+fn a_schema_1_store_is_migrated_with_its_sources() {
+    // A store written by the previous cfctl: one source per network.
+    const OLD_BLOCKLIST: redb::TableDefinition<[u8; 18], (u32, Option<&str>, u64)> =
+        redb::TableDefinition::new("blocklist");
+    const OLD_SOURCES: redb::TableDefinition<u32, &str> = redb::TableDefinition::new("sources");
+    const OLD_META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = redb::Database::create(dir.path().join(Store::FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            txn.open_table(OLD_META)
+                .unwrap()
+                .insert("schema_version", 1)
+                .unwrap();
+            let mut sources = txn.open_table(OLD_SOURCES).unwrap();
+            sources.insert(0, "cli").unwrap();
+            sources.insert(1, "drop.txt").unwrap();
+            let mut blocklist = txn.open_table(OLD_BLOCKLIST).unwrap();
+            let mut key = [0u8; 18];
+            key[..5].copy_from_slice(&[4, 198, 18, 0, 0]);
+            key[17] = 24;
+            blocklist
+                .insert(key, (1, Some("SBL1"), 1_700_000_000))
+                .unwrap();
+            key[3] = 1;
+            blocklist.insert(key, (0, None, 1_700_000_001)).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let entries = store.entries(ListKind::Blocklist, None).unwrap();
+    let sources: Vec<(String, String, Option<String>)> = entries
+        .iter()
+        .map(|entry| {
+            let member = &entry.sources[0];
+            (
+                entry.net.to_string(),
+                member.source.clone(),
+                member.comment.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            (
+                "198.18.0.0/24".into(),
+                "file:drop.txt".into(),
+                Some("SBL1".into())
+            ),
+            ("198.18.1.0/24".into(), "cli".into(), None),
+        ]
+    );
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
 }

@@ -103,7 +103,7 @@ fn comments(cfctl: &Cfctl) -> Vec<(String, Option<String>)> {
         .map(|entry| {
             (
                 entry["net"].as_str().expect("a network").to_owned(),
-                entry["comment"].as_str().map(str::to_owned),
+                entry["sources"][0]["comment"].as_str().map(str::to_owned),
             )
         })
         .collect()
@@ -279,14 +279,14 @@ fn changes_say_what_happened() {
     );
     let again = cfctl.ok(&["add", "198.18.7.1"]);
     assert!(
-        again.starts_with("0 added, 1 listed already (kept as they were) ("),
+        again.starts_with("0 added, 1 listed already by cli (renewed) ("),
         "{again}"
     );
     let output = cfctl.run(&["del", "198.18.77.0/24"]);
     assert!(output.status.success());
     let deleted = String::from_utf8_lossy(&output.stdout);
     assert!(
-        deleted.starts_with("0 deleted, 1 not listed ("),
+        deleted.starts_with("0 deleted, 1 not listed by cli ("),
         "{deleted}"
     );
     assert!(!deleted.contains("added"), "{deleted}");
@@ -613,7 +613,12 @@ fn crash_at(cfctl: &Cfctl, point: &str, args: &[&str]) {
         .stderr(std::process::Stdio::null())
         .status()
         .expect("running cfctl");
-    assert_eq!(status.code(), None, "cfctl {args:?} should die at {point}");
+    let command = &args[..args.len().min(3)];
+    assert_eq!(
+        status.code(),
+        None,
+        "cfctl {command:?} should die at {point}"
+    );
 }
 
 /// After a crash: the next command rebuilds the filter, says so, and the
@@ -642,30 +647,45 @@ fn crashes_at_every_step_of_an_update_never_unblock_a_listed_address() {
     let base_list = dir.path().join("base.txt");
     std::fs::write(&base_list, base.join("\n")).expect("writing a list");
     let base_list = base_list.to_str().expect("a UTF-8 path");
-    cfctl.ok(&["import", base_list]);
+    let source = ["--source", "base"];
+    let reset = |cfctl: &Cfctl, extra: &[&str]| {
+        cfctl.ok(&[
+            &["--force", "import", "--replace"][..],
+            &source,
+            &[base_list],
+        ]
+        .concat());
+        if !extra.is_empty() {
+            cfctl.ok(extra);
+        }
+    };
+    reset(&cfctl, &[]);
 
     let more = hosts(5000, 3000);
     let mut add = vec!["add"];
     add.extend(more.iter().map(String::as_str));
-    let mut del = vec!["del"];
+    let mut del_more = vec!["del"];
+    del_more.extend(more.iter().map(String::as_str));
+    let mut del = vec!["del", "--source", "base"];
     del.extend(base.iter().map(String::as_str));
     let replacement = dir.path().join("replacement.txt");
     std::fs::write(&replacement, hosts(1500, 3000).join("\n")).expect("writing a list");
     let replace = [
         "import",
         "--replace",
+        "--source",
+        "base",
         replacement.to_str().expect("a UTF-8 path"),
     ];
-    let cases: [(&[&str], &[&str]); 4] = [
-        (&add, &["inserted", "committed"]),
-        (&del, &["inserted", "committed", "removed"]),
-        (&replace, &["union-installed", "committed"]),
-        (
-            &["allow", "add", "198.18.0.5"],
-            &["allowlist-added", "committed"],
-        ),
+    let allow = ["allow", "add", "198.18.0.5"];
+    let undo_allow = ["allow", "del", "198.18.0.5"];
+    let cases: [(&[&str], &[&str], &[&str]); 4] = [
+        (&add, &["inserted", "committed"], &del_more),
+        (&del, &["inserted", "committed", "removed"], &[]),
+        (&replace, &["inserted", "committed", "removed"], &[]),
+        (&allow, &["allowlist-added", "committed"], &undo_allow),
     ];
-    for (args, points) in cases {
+    for (args, points, undo) in cases {
         for point in points {
             let what = format!("{} crashed at {point}", args[..2].join(" "));
             crash_at(&cfctl, point, args);
@@ -676,12 +696,38 @@ fn crashes_at_every_step_of_an_update_never_unblock_a_listed_address() {
             );
             assert!(marked, "{what}: the update mark is set");
             expect_repair(&cfctl, &what);
-            // Back to the base list for the next case.
-            cfctl.ok(&["--force", "import", "--replace", base_list]);
-            if args[0] == "allow" {
-                cfctl.ok(&["allow", "del", "198.18.0.5"]);
-            }
+            reset(&cfctl, undo);
         }
+    }
+}
+
+#[test]
+fn a_bulk_replace_holds_old_and_new_entries_together_until_its_commit() {
+    let (_network, cfctl) = attached(132, "crash-bulk", "150000", "skb");
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    // Large enough to swap whole tables; the lists share half their entries.
+    let [old, new] = [0, 30_000].map(|start| {
+        let path = dir.path().join(format!("bulk-{start}.txt"));
+        std::fs::write(&path, hosts(start, 60_000).join("\n")).expect("writing a list");
+        path.to_str().expect("a UTF-8 path").to_owned()
+    });
+    let replace = |list: &str| -> Vec<String> {
+        ["import", "--replace", "--source", "feed:bulk", list]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    for point in ["union-installed", "committed"] {
+        cfctl.ok(&replace(&old).iter().map(String::as_str).collect::<Vec<_>>());
+        let args = replace(&new);
+        crash_at(
+            &cfctl,
+            point,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let (covered, marked) = live_covers_store(&cfctl);
+        assert!(covered, "crashed at {point}: a stored entry is missing");
+        assert!(marked, "crashed at {point}: the update mark is set");
+        expect_repair(&cfctl, &format!("the bulk replace crashed at {point}"));
     }
 }
 
@@ -695,10 +741,16 @@ fn a_replace_too_large_for_both_lists_at_once_still_swaps_and_a_crash_is_repaire
         std::fs::write(&path, hosts(start, 3000).join("\n")).expect("writing a list");
         path.to_str().expect("a UTF-8 path").to_owned()
     });
-    cfctl.ok(&["import", &first]);
-    crash_at(&cfctl, "installed", &["import", "--replace", &second]);
+    let replace =
+        |list: &str| ["import", "--replace", "--source", "feed:tight", list].map(str::to_owned);
+    cfctl.ok(&replace(&first).each_ref().map(String::as_str));
+    crash_at(
+        &cfctl,
+        "installed",
+        &replace(&second).each_ref().map(String::as_str),
+    );
     expect_repair(&cfctl, "the tight replace crashed before its commit");
-    cfctl.ok(&["import", "--replace", &second]);
+    cfctl.ok(&replace(&second).each_ref().map(String::as_str));
     cfctl.ok(&["verify"]);
     assert_eq!(cfctl.check("198.18.39.16")["verdict"], "listed");
     assert_eq!(cfctl.check("198.18.0.1")["verdict"], "not_listed");

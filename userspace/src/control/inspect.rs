@@ -9,7 +9,9 @@ use filter_core::{AddressFamily, NetKey};
 use ipnet::IpNet;
 
 use super::error::{ControlError, Result};
-use super::report::{CheckResult, CounterRecord, EntryRecord, Status, VerifyReport};
+use super::report::{
+    unix_seconds, CheckResult, CounterRecord, EntryRecord, SourceCount, Status, VerifyReport,
+};
 use super::Control;
 use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
 use crate::store::{Entry, ListKind};
@@ -133,6 +135,21 @@ impl Control {
         Ok(report)
     }
 
+    /// Entries per source, blocklist first.
+    fn source_counts(&self) -> Result<Vec<SourceCount>> {
+        let mut counts = Vec::new();
+        for list in ListKind::ALL {
+            for (source, entries) in self.store.source_counts(list)? {
+                counts.push(SourceCount {
+                    list: list.name(),
+                    source,
+                    entries,
+                });
+            }
+        }
+        Ok(counts)
+    }
+
     /// The state of everything.
     pub fn status(&self) -> Result<Status> {
         let settings = self.settings()?;
@@ -149,6 +166,8 @@ impl Control {
             fingerprint_bits: settings.fingerprint_bits,
             entries: self.store.entry_count(ListKind::Blocklist)?,
             allowlist_entries: self.store.entry_count(ListKind::Allowlist)?,
+            sources: self.source_counts()?,
+            next_expiry: self.store.next_expiry()?.map(unix_seconds),
             ipv4_lengths: Vec::new(),
             ipv6_lengths: Vec::new(),
             filter: None,

@@ -44,7 +44,7 @@ pub use capacity::fingerprint_bits_for_fpr;
 pub use error::{ControlError, Result};
 pub use inspect::read_counters;
 pub use report::*;
-pub use update::{whole_families, Change, NoProgress, Progress, BULK_ENTRIES};
+pub use update::{check_source_name, whole_families, Change, NoProgress, Progress, BULK_ENTRIES};
 
 use crate::store::{FilterSettings, ListKind, Store, StoreError};
 use crate::xdp::{LiveFilter, PinDir};

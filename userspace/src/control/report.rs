@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -64,47 +65,76 @@ pub enum FilterUpdate {
 /// What a change did.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChangeReport {
-    /// `add`, `delete` or `replace`.
+    /// `add`, `delete`, `replace` or `expire`.
     pub operation: &'static str,
+    /// The source whose entries changed (`expire`: every source).
+    pub source: String,
     /// Entries given more than once: each was taken once.
     pub repeated: usize,
-    /// Entries added.
+    /// Networks no source listed before, listed now.
     pub added: usize,
-    /// Entries deleted (or removed by a replace).
+    /// Networks other sources listed, now listed by this one too.
+    pub joined: usize,
+    /// Networks no source lists any more.
     pub deleted: usize,
-    /// Entries kept by a replace.
+    /// Networks this source no longer lists that other sources still do
+    /// (they stay listed).
+    pub still_listed: Vec<IpNet>,
+    /// Entries the source listed before a replace and still does.
     pub kept: usize,
-    /// Networks to add that were listed already.
+    /// Memberships that had expired (`expire`).
+    pub expired: usize,
+    /// Networks to add that this source listed already (kept, with the
+    /// new comment and expiry).
     pub already_listed: Vec<IpNet>,
-    /// Networks to delete that were not listed.
+    /// Networks to delete that this source did not list.
     pub not_listed: Vec<IpNet>,
     /// How the filter changed.
     pub filter: FilterUpdate,
 }
 
-/// A stored entry, for reports.
+/// One source's listing of a network, for reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MembershipRecord {
+    /// The source.
+    pub source: String,
+    /// Its comment.
+    pub comment: Option<String>,
+    /// When the source first listed it, Unix seconds.
+    pub added: u64,
+    /// When the source's listing ends, Unix seconds, if it does.
+    pub expires: Option<u64>,
+}
+
+/// A stored entry and the sources that list it, for reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EntryRecord {
     /// The network.
     pub net: IpNet,
-    /// Where it came from.
-    pub source: String,
-    /// Its comment.
-    pub comment: Option<String>,
-    /// When it was added, Unix seconds.
-    pub added: u64,
+    /// Every source listing it.
+    pub sources: Vec<MembershipRecord>,
+}
+
+/// `time` in whole seconds since the Unix epoch.
+pub(super) fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 impl From<Entry> for EntryRecord {
     fn from(entry: Entry) -> Self {
         Self {
             net: entry.net,
-            source: entry.source,
-            comment: entry.comment,
-            added: entry
-                .added
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_secs()),
+            sources: entry
+                .sources
+                .into_iter()
+                .map(|member| MembershipRecord {
+                    source: member.source,
+                    comment: member.comment,
+                    added: unix_seconds(member.added),
+                    expires: member.expires.map(unix_seconds),
+                })
+                .collect(),
         }
     }
 }
@@ -176,6 +206,10 @@ pub struct Status {
     pub entries: u64,
     /// Allowlist entries.
     pub allowlist_entries: u64,
+    /// Entries per source and list.
+    pub sources: Vec<SourceCount>,
+    /// When the next listing expires, Unix seconds.
+    pub next_expiry: Option<u64>,
     /// Active IPv4 prefix lengths, longest first.
     pub ipv4_lengths: Vec<u8>,
     /// Active IPv6 prefix lengths, longest first.
@@ -186,6 +220,17 @@ pub struct Status {
     pub ipv4_packet_fpr: Option<f64>,
     /// False-positive rate per IPv6 packet.
     pub ipv6_packet_fpr: Option<f64>,
+}
+
+/// How many entries a source lists in one list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SourceCount {
+    /// `blocklist` or `allowlist`.
+    pub list: &'static str,
+    /// The source.
+    pub source: String,
+    /// Entries it lists.
+    pub entries: u64,
 }
 
 /// Packets and bytes of one counter.

@@ -38,6 +38,7 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::SystemTime;
 
 use blocklist_ebpf::prefilter::PrefilterBit;
 use filter_core::AddressFamily;
@@ -77,19 +78,42 @@ impl Progress for NoProgress {
 /// A change of one list.
 #[derive(Clone, Copy, Debug)]
 pub enum Change<'a> {
-    /// Add entries (those listed already are kept as they are).
-    Add(&'a [NewEntry<'a>]),
-    /// Delete entries by network.
-    Delete(&'a [IpNet]),
-    /// Replace the whole list (ipset swap semantics).
-    Replace(&'a [NewEntry<'a>]),
+    /// `source` lists these entries too (those it listed already take the
+    /// new comment and expiry).
+    Add {
+        /// The source.
+        source: &'a str,
+        /// The entries.
+        entries: &'a [NewEntry<'a>],
+    },
+    /// `source` no longer lists these networks.
+    Delete {
+        /// The source.
+        source: &'a str,
+        /// The networks.
+        nets: &'a [IpNet],
+    },
+    /// These entries are all that `source` lists (ipset swap semantics,
+    /// for one source).
+    Replace {
+        /// The source.
+        source: &'a str,
+        /// The entries.
+        entries: &'a [NewEntry<'a>],
+    },
+    /// Every membership that expires at `until` or before ends.
+    Expire {
+        /// The time expiry is checked against.
+        until: SystemTime,
+    },
 }
 
 /// A change with each network once (the first of its entries kept).
 enum UniqueChange<'a> {
-    Add(Vec<NewEntry<'a>>),
-    Delete(Vec<IpNet>),
-    Replace(Vec<NewEntry<'a>>),
+    Add(&'a str, Vec<NewEntry<'a>>),
+    Delete(&'a str, Vec<IpNet>),
+    Replace(&'a str, Vec<NewEntry<'a>>),
+    Expire(SystemTime),
 }
 
 impl<'a> Change<'a> {
@@ -106,18 +130,19 @@ impl<'a> Change<'a> {
             (unique, repeated)
         }
         match self {
-            Change::Add(entries) => {
+            Change::Add { source, entries } => {
                 let (unique, repeated) = first_of_each(entries, |entry| entry.net);
-                (UniqueChange::Add(unique), repeated)
+                (UniqueChange::Add(source, unique), repeated)
             }
-            Change::Delete(nets) => {
+            Change::Delete { source, nets } => {
                 let (unique, repeated) = first_of_each(nets, |net| *net);
-                (UniqueChange::Delete(unique), repeated)
+                (UniqueChange::Delete(source, unique), repeated)
             }
-            Change::Replace(entries) => {
+            Change::Replace { source, entries } => {
                 let (unique, repeated) = first_of_each(entries, |entry| entry.net);
-                (UniqueChange::Replace(unique), repeated)
+                (UniqueChange::Replace(source, unique), repeated)
             }
+            Change::Expire { until } => (UniqueChange::Expire(until), 0),
         }
     }
 }
@@ -125,9 +150,19 @@ impl<'a> Change<'a> {
 impl UniqueChange<'_> {
     fn operation(&self) -> &'static str {
         match self {
-            UniqueChange::Add(_) => "add",
-            UniqueChange::Delete(_) => "delete",
-            UniqueChange::Replace(_) => "replace",
+            UniqueChange::Add(..) => "add",
+            UniqueChange::Delete(..) => "delete",
+            UniqueChange::Replace(..) => "replace",
+            UniqueChange::Expire(_) => "expire",
+        }
+    }
+
+    fn source(&self) -> &str {
+        match self {
+            UniqueChange::Add(source, _)
+            | UniqueChange::Delete(source, _)
+            | UniqueChange::Replace(source, _) => source,
+            UniqueChange::Expire(_) => "*",
         }
     }
 }
@@ -149,6 +184,28 @@ pub fn whole_families(nets: &[IpNet], force: bool) -> Result<Vec<IpNet>> {
     }
 }
 
+/// The most bytes a source name may have.
+pub const MAX_SOURCE_BYTES: usize = 200;
+
+/// Checks a source name: `cli`, or `KIND:NAME` such as `file:drop.txt` or
+/// `feed:firehol`; at most [`MAX_SOURCE_BYTES`], with no control
+/// characters or spaces at the ends.
+pub fn check_source_name(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_SOURCE_BYTES
+        && name.trim() == name
+        && !name.chars().any(char::is_control);
+    if valid {
+        Ok(())
+    } else {
+        Err(ControlError::InvalidSetting(format!(
+            "'{}' is not a source name (`cli`, or `KIND:NAME` like `file:drop.txt` or \
+             `feed:firehol`: at most {MAX_SOURCE_BYTES} bytes, no control characters)",
+            crate::text::excerpt(name)
+        )))
+    }
+}
+
 /// Aborts the process, as `kill -9` would, if the environment variable
 /// `CFCTL_CRASH_AT` names `point`: the crash tests' way to stop cfctl at
 /// every step of the update path.
@@ -158,15 +215,42 @@ pub(crate) fn crash_point(point: &str) {
     }
 }
 
-/// What the store part of a change did, for the live part.
+/// How an exact diff went.
+enum Written<'s> {
+    /// Written and committed.
+    Done(FilterUpdate),
+    /// The new keys did not fit beside the old ones; nothing changed.
+    TooFull(Box<StoreTransaction<'s>>),
+}
+
+/// What the store part of a change did to the list as a whole, for the
+/// live part.
 struct Recorded {
     added: Vec<IpNet>,
     removed: Vec<IpNet>,
-    /// The whole new list, for a replace.
-    replacement: Option<Vec<IpNet>>,
 }
 
 impl Control {
+    /// Ends every membership that has expired, in the store and the live
+    /// filter: one batched update per list that has any. A filter built
+    /// from another store is left alone (and the store too, until a command
+    /// takes the filter over).
+    pub fn expire_due(&mut self) -> Result<Vec<ChangeReport>> {
+        let now = SystemTime::now();
+        if self.store.next_expiry()?.is_none_or(|next| next > now) {
+            return Ok(Vec::new());
+        }
+        let mut reports = Vec::new();
+        for list in ListKind::ALL {
+            match self.change(list, Change::Expire { until: now }, &NoProgress) {
+                Ok(report) => reports.push(report),
+                Err(ControlError::OtherStore { .. }) => break,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(reports)
+    }
+
     /// Applies `change` to `list`, in the store and in the live filter; see
     /// the module documentation for the order and what happens on failure.
     pub fn change(
@@ -181,10 +265,14 @@ impl Control {
         let mut txn = self.store.begin()?;
         let mut report = ChangeReport {
             operation: change.operation(),
+            source: change.source().to_owned(),
             repeated,
             added: 0,
+            joined: 0,
             deleted: 0,
+            still_listed: Vec::new(),
             kept: 0,
+            expired: 0,
             already_listed: Vec::new(),
             not_listed: Vec::new(),
             filter: FilterUpdate::NotAttached,
@@ -243,33 +331,48 @@ impl Control {
     ) -> Result<FilterUpdate> {
         let limits = self.settings()?.plan_limits;
         progress.start("planning filter keys", 0);
-        let small = recorded.replacement.is_none() && recorded.added.len() < BULK_ENTRIES;
+        let small = recorded.added.len() + recorded.removed.len() < BULK_ENTRIES;
         let plan = match small {
             true => self.plan_around(&recorded.added, &recorded.removed, live.lengths(), limits)?,
             false => None,
         };
-        match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
-            Some(Ok(diff)) => self.write_diff(live, txn, &diff, limits, progress),
-            Some(Err(error)) if !matches!(error, PlanError::RebuildNeeded(_)) => Err(error.into()),
-            // A bulk change, a rebuild the plan asks for, or a live filter
-            // whose lengths no longer fit the store: whole tables.
-            _ => self.swap_tables(live, txn, recorded, limits, progress),
-        }
+        let txn = match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
+            Some(Ok(diff)) => match self.write_diff(live, txn, &diff, limits, progress)? {
+                Written::Done(update) => return Ok(update),
+                Written::TooFull(txn) => *txn,
+            },
+            Some(Err(error)) if !matches!(error, PlanError::RebuildNeeded(_)) => {
+                return Err(error.into())
+            }
+            _ => txn,
+        };
+        // A bulk change, a rebuild the plan asks for, a live filter whose
+        // lengths no longer fit the store, or a change whose new keys do
+        // not fit beside the ones it removes: whole tables.
+        self.swap_tables(live, txn, recorded, limits, progress)
     }
 
     /// Writes a small change's exact diff: inserts, commit, removes, bits.
-    fn write_diff(
+    /// If the new keys do not fit while the old ones are still there, and
+    /// the change removes some, the filter is as it was and the
+    /// transaction comes back for whole tables.
+    fn write_diff<'s>(
         &self,
         live: &mut LiveFilter,
-        txn: StoreTransaction<'_>,
+        txn: StoreTransaction<'s>,
         diff: &KeyDiff,
         limits: PlanLimits,
         progress: &dyn Progress,
-    ) -> Result<FilterUpdate> {
+    ) -> Result<Written<'s>> {
         progress.start("writing the live filter", 0);
         // A failed insert undoes itself.
-        live.insert(&diff.insert)
-            .map_err(|error| unchanged(live, error))?;
+        match live.insert(&diff.insert) {
+            Err(XdpError::Full(_)) if !diff.remove.is_empty() => {
+                return Ok(Written::TooFull(Box::new(txn)))
+            }
+            Err(error) => return Err(unchanged(live, error)),
+            Ok(()) => {}
+        }
         crash_point("inserted");
         progress.start("committing", 0);
         self.commit_or_repair(live, txn)?;
@@ -279,10 +382,10 @@ impl Control {
         // The change is committed and the filter right; should the check
         // fail, the bits stay set, which only costs probes.
         let _ = self.clear_unmarked_bits(live, &diff.clear_bits, limits);
-        Ok(FilterUpdate::Incremental {
+        Ok(Written::Done(FilterUpdate::Incremental {
             inserted: diff.insert.len(),
             removed: diff.remove.len(),
-        })
+        }))
     }
 
     /// Swaps in a table of the old and the new entries, commits, then (if
@@ -297,16 +400,13 @@ impl Control {
     ) -> Result<FilterUpdate> {
         let seed = live.seed();
         let removed: HashSet<IpNet> = recorded.removed.iter().copied().collect();
-        let new: Vec<IpNet> = match &recorded.replacement {
-            Some(replacement) => replacement.clone(),
-            None => self
-                .store
-                .nets(ListKind::Blocklist)?
-                .into_iter()
-                .filter(|net| !removed.contains(net))
-                .chain(recorded.added.iter().copied())
-                .collect(),
-        };
+        let new: Vec<IpNet> = self
+            .store
+            .nets(ListKind::Blocklist)?
+            .into_iter()
+            .filter(|net| !removed.contains(net))
+            .chain(recorded.added.iter().copied())
+            .collect();
         progress.start("building and swapping in the new filter", 0);
         let new_plan = KeyPlan::build(new.iter().copied(), limits)?;
         // Entries removed: first a table of the old and new ones together,
@@ -478,33 +578,42 @@ fn record(
     progress: &dyn Progress,
 ) -> Result<Recorded> {
     let recorded = match change {
-        UniqueChange::Add(entries) => {
+        UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.add(list, counted(entries, progress))?;
+            let stored = txn.add(list, source, counted(entries, progress))?;
+            report.joined = stored.joined.len();
             report.already_listed = stored.already_listed;
             Recorded {
                 added: stored.added,
                 removed: Vec::new(),
-                replacement: None,
             }
         }
-        UniqueChange::Delete(nets) => {
-            let stored = txn.delete(list, nets.iter().copied())?;
+        UniqueChange::Delete(source, nets) => {
+            let stored = txn.delete(list, source, nets.iter().copied())?;
             report.not_listed = stored.missing;
+            report.still_listed = stored.still_listed;
             Recorded {
                 added: Vec::new(),
                 removed: stored.deleted,
-                replacement: None,
             }
         }
-        UniqueChange::Replace(entries) => {
+        UniqueChange::Replace(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.replace(list, counted(entries, progress))?;
+            let stored = txn.replace(list, source, counted(entries, progress))?;
             report.kept = stored.kept;
+            report.joined = stored.joined.len();
+            report.still_listed = stored.still_listed;
             Recorded {
                 added: stored.added,
                 removed: stored.removed,
-                replacement: Some(entries.iter().map(|entry| entry.net).collect()),
+            }
+        }
+        UniqueChange::Expire(until) => {
+            let stored = txn.expire(list, *until)?;
+            report.expired = stored.expired;
+            Recorded {
+                added: Vec::new(),
+                removed: stored.removed,
             }
         }
     };

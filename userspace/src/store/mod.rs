@@ -3,8 +3,9 @@
 //!
 //! A [`Store`] is one `redb` file, [`Store::FILE_NAME`], in a state
 //! directory. Every change goes through a [`StoreTransaction`]: add many
-//! entries, delete many, replace a whole list (ipset swap semantics) or
-//! write the settings, then [`commit`](StoreTransaction::commit). A
+//! entries for a source, delete many, replace all of a source's entries
+//! (ipset swap semantics), sweep expired ones, or write the settings, then
+//! [`commit`](StoreTransaction::commit). A
 //! transaction that is dropped, or a process that dies (even by `SIGKILL`)
 //! before its commit returns, leaves the previously committed state; redb
 //! commits with an fsync'd copy-on-write root switch, so there is no
@@ -12,15 +13,37 @@
 //! ([`StoreError::Busy`] otherwise), so an in-memory plan built from it
 //! stays in step with it.
 //!
+//! # Sources and expiry
+//!
+//! Every entry belongs to one or more *sources*: `cli`, `file:NAME`,
+//! `feed:NAME`, ... Each source's listing of a network is a *membership*
+//! with its own comment, time added and optional expiry. A network is
+//! listed while at least one membership holds it: a source's refresh
+//! ([`StoreTransaction::replace`]) changes only its own memberships, and a
+//! network two sources list stays until both drop it. Expired memberships
+//! are removed by [`StoreTransaction::expire`], many at once.
+//!
 //! # Schema (version [`SCHEMA_VERSION`])
 //!
-//! | table       | key                 | value                                     |
-//! |-------------|---------------------|-------------------------------------------|
-//! | `meta`      | `"schema_version"`  | `u64`                                     |
-//! | `blocklist` | network, 18 bytes   | (source id `u32`, comment, added: Unix s) |
-//! | `allowlist` | network, 18 bytes   | the same                                  |
-//! | `sources`   | source id `u32`     | source name (file path as given, or `-`)  |
-//! | `settings`  | `"filter"`          | [`FilterSettings`] as JSON                |
+//! | table | key | value |
+//! |---|---|---|
+//! | `meta` | `"schema_version"` | `u64` |
+//! | `blocklist_members` | (network, source id) | (comment, added: Unix s, expires: Unix ms or 0) |
+//! | `blocklist_by_source` | (source id, network) | `()`: a source's networks |
+//! | `blocklist_expiry` | (expires: Unix ms, source id, network) | `()`: memberships by expiry |
+//! | `allowlist_*` | the same for the allowlist | |
+//! | `counts` | (list code, source id or `u32::MAX`) | memberships of a source, or networks of the list |
+//! | `sources` | source id `u32` | source name |
+//! | `settings` | `"filter"` | [`FilterSettings`] as JSON |
+//! | `feeds` | feed name | the agent's state of the feed, JSON |
+//!
+//! A network key is the family (4 or 6), the 16-byte address (IPv4 in the
+//! first 4 bytes) and the prefix length, so memberships iterate IPv4 first,
+//! in address order, the sources of a network together. Source names are
+//! stored once and referred to by id. Settings are JSON with defaults for
+//! missing fields, so new fields can be added without a schema change. A
+//! store of schema version 1 (one source per network) is migrated when it
+//! is opened.
 //!
 //! # Damage
 //!
@@ -35,19 +58,8 @@
 //! `verify`. Other commands trust the page-structure checks, which cost
 //! nothing extra.
 //!
-//! The two lists ([`ListKind`]) hold the same kind of entries. A network key
-//! is the family (4 or 6), the 16-byte address (IPv4 in the first 4 bytes)
-//! and the prefix length, so entries iterate IPv4 first, in address order.
-//! Source names are stored once and referred to by id (names no entry uses
-//! any more are kept: there are few).
-//! Settings are JSON with defaults for missing fields, so new fields can be
-//! added without a schema change.
-//!
-//! An entry is identified by its network alone: adding a network that is
-//! already listed keeps the existing record (source, comment, time) and
-//! reports it. This module does not plan filter keys or touch any filter:
-//! callers apply the plan's diff between the transaction's changes and its
-//! commit, so that a failure there aborts the transaction.
+//! This module does not plan filter keys or touch any filter: callers apply
+//! the plan's diff around the transaction's commit.
 
 mod records;
 mod schema;
@@ -60,12 +72,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable};
 
-pub use records::{AddReport, DeleteReport, Entry, FilterSettings, NewEntry, ReplaceReport};
+pub use records::{
+    AddReport, DeleteReport, Entry, ExpireReport, FilterSettings, Membership, NewEntry,
+    ReplaceReport,
+};
 use schema::{
-    decode_net, encode_net, unix_seconds, NetBytes, ALLOWLIST, BLOCKLIST, FILTER_SETTINGS_KEY,
-    META, SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
+    decode_expiry, decode_net, encode_net, memberships_of, v1, MemberKey, MemberValue, NetBytes,
+    ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META, SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
 };
 pub use schema::{ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
@@ -180,7 +195,7 @@ impl Store {
 
     /// Runs `operation`, turning a panic inside redb into
     /// [`StoreError::Damaged`].
-    fn guarded<T>(
+    pub(super) fn guarded<T>(
         &self,
         operation: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -202,59 +217,106 @@ impl Store {
         })
     }
 
-    /// Creates the tables of a new store, or checks the schema version of
-    /// an existing one (with a read, so that opening a store commits
-    /// nothing).
+    /// Creates the tables of a new store, migrates one of schema version
+    /// 1, or checks the schema version of an existing one (with a read, so
+    /// that opening a current store commits nothing).
     fn initialise(&self) -> Result<(), StoreError> {
-        if self.has_schema()? {
+        let found = self.schema_version()?;
+        if found == Some(SCHEMA_VERSION) {
             return Ok(());
         }
+        if let Some(found) = found.filter(|&found| found != 1) {
+            return Err(StoreError::UnknownSchema {
+                path: self.path.clone(),
+                found,
+            });
+        }
         let txn = self.db.begin_write().in_store(self)?;
+        if found == Some(1) {
+            self.migrate_from_v1(&txn)?;
+        }
         {
             let mut meta = txn.open_table(META).in_store(self)?;
-            let found = meta
-                .get(SCHEMA_VERSION_KEY)
-                .in_store(self)?
-                .map(|version| version.value());
-            match found {
-                None => {
-                    meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
-                        .in_store(self)?;
-                }
-                Some(SCHEMA_VERSION) => {}
-                Some(found) => {
-                    return Err(StoreError::UnknownSchema {
-                        path: self.path.clone(),
-                        found,
-                    })
-                }
+            meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+                .in_store(self)?;
+            for list in ListKind::ALL {
+                let tables = list.tables();
+                txn.open_table(tables.members).in_store(self)?;
+                txn.open_table(tables.by_source).in_store(self)?;
+                txn.open_table(tables.expiry).in_store(self)?;
             }
-            txn.open_table(BLOCKLIST).in_store(self)?;
-            txn.open_table(ALLOWLIST).in_store(self)?;
+            txn.open_table(COUNTS).in_store(self)?;
             txn.open_table(SOURCES).in_store(self)?;
             txn.open_table(SETTINGS).in_store(self)?;
+            txn.open_table(FEEDS).in_store(self)?;
         }
         txn.commit().in_store(self)
     }
 
-    /// Whether the store holds this code's schema version (its tables are
-    /// created in the same transaction as the version); an error for
-    /// another version.
-    fn has_schema(&self) -> Result<bool, StoreError> {
+    /// The schema version the store holds; `None` for a new store.
+    fn schema_version(&self) -> Result<Option<u64>, StoreError> {
         let txn = self.db.begin_read().in_store(self)?;
         let meta = match txn.open_table(META) {
             Ok(meta) => meta,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(error) => return Err(error).in_store(self),
         };
-        match meta.get(SCHEMA_VERSION_KEY).in_store(self)? {
-            None => Ok(false),
-            Some(version) if version.value() == SCHEMA_VERSION => Ok(true),
-            Some(version) => Err(StoreError::UnknownSchema {
-                path: self.path.clone(),
-                found: version.value(),
-            }),
+        Ok(meta
+            .get(SCHEMA_VERSION_KEY)
+            .in_store(self)?
+            .map(|version| version.value()))
+    }
+
+    /// Moves the entries of a schema 1 store (one source per network; a
+    /// file's source named by its path, standard input by `-`) into
+    /// memberships: `cli` stays `cli`, a file becomes `file:PATH`.
+    fn migrate_from_v1(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+        let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+        let renamed: HashMap<u32, String> = names
+            .into_iter()
+            .map(|(id, name)| match name.as_str() {
+                "cli" => (id, name),
+                _ => (id, format!("file:{name}")),
+            })
+            .collect();
+        {
+            let mut sources = txn.open_table(SOURCES).in_store(self)?;
+            for (id, name) in &renamed {
+                sources.insert(*id, name.as_str()).in_store(self)?;
+            }
         }
+        for (list, old) in [
+            (ListKind::Blocklist, v1::BLOCKLIST),
+            (ListKind::Allowlist, v1::ALLOWLIST),
+        ] {
+            let mut rows = Vec::new();
+            {
+                let table = txn.open_table(old).in_store(self)?;
+                for row in table.iter().in_store(self)? {
+                    let (key, value) = row.in_store(self)?;
+                    let (source, comment, added) = value.value();
+                    rows.push((key.value(), source, comment.map(str::to_owned), added));
+                }
+            }
+            txn.delete_table(old).in_store(self)?;
+            let tables = list.tables();
+            let mut members = txn.open_table(tables.members).in_store(self)?;
+            let mut by_source = txn.open_table(tables.by_source).in_store(self)?;
+            let mut counts = txn.open_table(COUNTS).in_store(self)?;
+            let mut per_source: HashMap<u32, u64> = HashMap::new();
+            for (net, source, comment, added) in &rows {
+                members
+                    .insert((*net, *source), (comment.as_deref(), *added, 0))
+                    .in_store(self)?;
+                by_source.insert((*source, *net), ()).in_store(self)?;
+                *per_source.entry(*source).or_default() += 1;
+            }
+            per_source.insert(ALL_SOURCES, rows.len() as u64);
+            for (source, count) in per_source.into_iter().filter(|&(_, count)| count > 0) {
+                counts.insert((list.code(), source), count).in_store(self)?;
+            }
+        }
+        Ok(())
     }
 
     /// The store file.
@@ -262,7 +324,7 @@ impl Store {
         &self.path
     }
 
-    fn corrupt(&self, what: String) -> StoreError {
+    pub(super) fn corrupt(&self, what: String) -> StoreError {
         StoreError::Damaged {
             path: self.path.clone(),
             what,
@@ -278,22 +340,41 @@ impl Store {
             Ok(StoreTransaction {
                 store: self,
                 txn,
-                now: unix_seconds(SystemTime::now()),
+                now: SystemTime::now(),
                 sources: SourceIds::from_names(names),
             })
         })
     }
 
-    /// Every entry of `list`, IPv4 first, in address order.
-    pub fn entries(&self, list: ListKind) -> Result<Vec<Entry>, StoreError> {
+    /// Every entry of `list` (only those `source` lists, if given), IPv4
+    /// first, in address order.
+    pub fn entries(&self, list: ListKind, source: Option<&str>) -> Result<Vec<Entry>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
-            let mut entries = Vec::with_capacity(table.len().in_store(self)? as usize);
-            for row in table.iter().in_store(self)? {
+            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            let wanted = match source {
+                None => None,
+                Some(name) => match names.iter().find(|(_, known)| known.as_str() == name) {
+                    Some((&id, _)) => Some(id),
+                    None => return Ok(Vec::new()),
+                },
+            };
+            let members = txn.open_table(list.tables().members).in_store(self)?;
+            let mut entries: Vec<Entry> = Vec::new();
+            for row in members.iter().in_store(self)? {
                 let (key, value) = row.in_store(self)?;
-                entries.push(self.decode_entry(&key.value(), value.value(), &sources)?);
+                let (net, membership) = self.decode_member(key.value(), value.value(), &names)?;
+                match entries.last_mut() {
+                    Some(last) if last.net == net => last.sources.push(membership),
+                    _ => entries.push(Entry {
+                        net,
+                        sources: vec![membership],
+                    }),
+                }
+            }
+            if let Some(id) = wanted {
+                let name = &names[&id];
+                entries.retain(|entry| entry.sources.iter().any(|member| &member.source == name));
             }
             Ok(entries)
         })
@@ -303,27 +384,51 @@ impl Store {
     pub fn nets(&self, list: ListKind) -> Result<Vec<IpNet>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
-            let mut nets = Vec::with_capacity(table.len().in_store(self)? as usize);
-            for row in table.iter().in_store(self)? {
-                let (key, _) = row.in_store(self)?;
-                nets.push(self.decode_net(&key.value())?);
-            }
-            Ok(nets)
+            let members = txn.open_table(list.tables().members).in_store(self)?;
+            self.distinct_nets(members.iter().in_store(self)?)
         })
+    }
+
+    /// The distinct networks of membership rows in key order.
+    fn distinct_nets<'a>(
+        &self,
+        rows: impl Iterator<
+            Item = Result<
+                (
+                    redb::AccessGuard<'a, MemberKey>,
+                    redb::AccessGuard<'a, MemberValue>,
+                ),
+                redb::StorageError,
+            >,
+        >,
+    ) -> Result<Vec<IpNet>, StoreError> {
+        let mut nets = Vec::new();
+        let mut last: Option<NetBytes> = None;
+        for row in rows {
+            let (net, _) = row.in_store(self)?.0.value();
+            if last != Some(net) {
+                nets.push(self.decode_net(&net)?);
+                last = Some(net);
+            }
+        }
+        Ok(nets)
     }
 
     /// The entry of `list` for exactly `net`, if listed.
     pub fn entry(&self, list: ListKind, net: &IpNet) -> Result<Option<Entry>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
-            let Some(value) = table.get(encode_net(net)).in_store(self)? else {
-                return Ok(None);
-            };
-            let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-            self.decode_entry(&encode_net(net), value.value(), &sources)
-                .map(Some)
+            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            let members = txn.open_table(list.tables().members).in_store(self)?;
+            let mut sources = Vec::new();
+            for row in members
+                .range(memberships_of(encode_net(net)))
+                .in_store(self)?
+            {
+                let (key, value) = row.in_store(self)?;
+                sources.push(self.decode_member(key.value(), value.value(), &names)?.1);
+            }
+            Ok((!sources.is_empty()).then_some(Entry { net: *net, sources }))
         })
     }
 
@@ -336,10 +441,13 @@ impl Store {
     ) -> Result<Vec<IpNet>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
+            let members = txn.open_table(list.tables().members).in_store(self)?;
             let mut found = Vec::new();
             for net in nets {
-                if table.get(encode_net(&net)).in_store(self)?.is_some() {
+                let mut rows = members
+                    .range(memberships_of(encode_net(&net)))
+                    .in_store(self)?;
+                if rows.next().is_some() {
                     found.push(net);
                 }
             }
@@ -352,26 +460,72 @@ impl Store {
     pub fn nets_within(&self, list: ListKind, within: &IpNet) -> Result<Vec<IpNet>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
+            let members = txn.open_table(list.tables().members).in_store(self)?;
             let mut first = encode_net(within);
             first[17] = 0;
             let mut last = encode_net(&IpNet::from(within.broadcast()));
             last[17] = u8::MAX;
-            let mut nets = Vec::new();
-            for row in table.range(first..=last).in_store(self)? {
-                let (key, _) = row.in_store(self)?;
-                nets.push(self.decode_net(&key.value())?);
-            }
-            Ok(nets)
+            self.distinct_nets(
+                members
+                    .range((first, 0)..=(last, u32::MAX))
+                    .in_store(self)?,
+            )
         })
     }
 
-    /// The number of entries of `list`.
+    /// The number of entries (networks) of `list`.
     pub fn entry_count(&self, list: ListKind) -> Result<u64, StoreError> {
+        self.count(list, ALL_SOURCES)
+    }
+
+    fn count(&self, list: ListKind, source: u32) -> Result<u64, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(list.table()).in_store(self)?;
-            table.len().in_store(self)
+            let counts = txn.open_table(COUNTS).in_store(self)?;
+            Ok(counts
+                .get((list.code(), source))
+                .in_store(self)?
+                .map_or(0, |count| count.value()))
+        })
+    }
+
+    /// How many entries each source lists in `list`, by source name.
+    pub fn source_counts(&self, list: ListKind) -> Result<Vec<(String, u64)>, StoreError> {
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            let counts = txn.open_table(COUNTS).in_store(self)?;
+            let mut per_source = Vec::new();
+            for row in counts
+                .range((list.code(), 0)..(list.code(), ALL_SOURCES))
+                .in_store(self)?
+            {
+                let (key, count) = row.in_store(self)?;
+                let (_, source) = key.value();
+                let name = names
+                    .get(&source)
+                    .cloned()
+                    .unwrap_or_else(|| format!("#{source}"));
+                per_source.push((name, count.value()));
+            }
+            per_source.sort();
+            Ok(per_source)
+        })
+    }
+
+    /// When the first membership of either list expires, if any does.
+    pub fn next_expiry(&self) -> Result<Option<SystemTime>, StoreError> {
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let mut next = None;
+            for list in ListKind::ALL {
+                let expiry = txn.open_table(list.tables().expiry).in_store(self)?;
+                let first = expiry.first().in_store(self)?.map(|row| row.0.value().0);
+                if let Some(first) = first.and_then(decode_expiry) {
+                    next = Some(next.map_or(first, |next: SystemTime| next.min(first)));
+                }
+            }
+            Ok(next)
         })
     }
 
@@ -389,6 +543,20 @@ impl Store {
         })
     }
 
+    /// The agent's state of every feed (name, JSON).
+    pub fn feed_states(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(FEEDS).in_store(self)?;
+            let mut states = Vec::new();
+            for row in table.iter().in_store(self)? {
+                let (name, state) = row.in_store(self)?;
+                states.push((name.value().to_owned(), state.value().to_owned()));
+            }
+            Ok(states)
+        })
+    }
+
     fn source_names(
         &self,
         table: &impl ReadableTable<u32, &'static str>,
@@ -401,26 +569,29 @@ impl Store {
         Ok(names)
     }
 
-    fn decode_net(&self, bytes: &NetBytes) -> Result<IpNet, StoreError> {
+    pub(super) fn decode_net(&self, bytes: &NetBytes) -> Result<IpNet, StoreError> {
         decode_net(bytes).ok_or_else(|| self.corrupt(format!("bad network key {bytes:02x?}")))
     }
 
-    fn decode_entry(
+    fn decode_member(
         &self,
-        key: &NetBytes,
-        (source_id, comment, added): (u32, Option<&str>, u64),
-        sources: &HashMap<u32, String>,
-    ) -> Result<Entry, StoreError> {
-        let net = self.decode_net(key)?;
-        let source = sources.get(&source_id).ok_or_else(|| {
-            self.corrupt(format!("entry {net} refers to unknown source {source_id}"))
+        (net, source): MemberKey,
+        (comment, added, expires): (Option<&str>, u64, u64),
+        names: &HashMap<u32, String>,
+    ) -> Result<(IpNet, Membership), StoreError> {
+        let net = self.decode_net(&net)?;
+        let source = names.get(&source).ok_or_else(|| {
+            self.corrupt(format!("entry {net} refers to unknown source {source}"))
         })?;
-        Ok(Entry {
+        Ok((
             net,
-            source: source.clone(),
-            comment: comment.map(str::to_owned),
-            added: UNIX_EPOCH + Duration::from_secs(added),
-        })
+            Membership {
+                source: source.clone(),
+                comment: comment.map(str::to_owned),
+                added: UNIX_EPOCH + Duration::from_secs(added),
+                expires: decode_expiry(expires),
+            },
+        ))
     }
 }
 

@@ -1,6 +1,6 @@
 //! What goes in and out of the store: entries to add ([`NewEntry`]),
-//! stored ones ([`Entry`]), what a change did, and the filter settings kept
-//! with the entries.
+//! stored ones with their sources ([`Entry`], [`Membership`]), what a
+//! change did, and the filter settings kept with the entries.
 
 use std::time::SystemTime;
 
@@ -65,67 +65,97 @@ impl Default for FilterSettings {
     }
 }
 
-/// An entry to add.
+/// An entry to add for one source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NewEntry<'a> {
     /// The network (host bits zero).
     pub net: IpNet,
-    /// Where it comes from: a file name, `-`, or `cli`.
-    pub source: &'a str,
     /// Its comment (a Spamhaus SBL id), if any.
     pub comment: Option<&'a str>,
+    /// When the source's listing of it ends, if it does.
+    pub expires: Option<SystemTime>,
 }
 
 impl<'a> NewEntry<'a> {
-    /// The entries of a parsed list.
-    pub fn from_list(list: &'a ParsedList) -> impl Iterator<Item = NewEntry<'a>> + 'a {
-        list.entries.iter().map(|listed| NewEntry {
+    /// The entries of a parsed list, expiring at `expires` if given.
+    pub fn from_list(
+        list: &'a ParsedList,
+        expires: Option<SystemTime>,
+    ) -> impl Iterator<Item = NewEntry<'a>> + 'a {
+        list.entries.iter().map(move |listed| NewEntry {
             net: listed.net,
-            source: &list.source,
             comment: listed.comment.as_deref(),
+            expires,
         })
     }
 }
 
-/// A stored entry.
+/// One source's listing of a network.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    /// The source: `cli`, `file:NAME`, `feed:NAME`, ...
+    pub source: String,
+    /// Its comment, if any.
+    pub comment: Option<String>,
+    /// When the source first listed it (whole seconds).
+    pub added: SystemTime,
+    /// When the source's listing ends, if it does.
+    pub expires: Option<SystemTime>,
+}
+
+/// A stored entry: a network and every source that lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The network.
     pub net: IpNet,
-    /// Where it came from.
-    pub source: String,
-    /// Its comment, if any.
-    pub comment: Option<String>,
-    /// When it was added (whole seconds).
-    pub added: SystemTime,
+    /// Its sources, by source id (the order they were first seen).
+    pub sources: Vec<Membership>,
 }
 
 /// What an add did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddReport {
-    /// Networks that were not listed and now are, in input order.
+    /// Networks that were not listed by any source and now are.
     pub added: Vec<IpNet>,
-    /// Networks that were listed already (or twice in the input): unchanged.
+    /// Networks other sources listed, now listed by this one too.
+    pub joined: Vec<IpNet>,
+    /// Networks this source listed already: kept, with the new comment and
+    /// expiry if given.
     pub already_listed: Vec<IpNet>,
 }
 
 /// What a delete did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeleteReport {
-    /// Networks that were listed and are not any more.
+    /// Networks that are not listed by any source any more.
     pub deleted: Vec<IpNet>,
-    /// Networks that were not listed.
+    /// Networks this source no longer lists that other sources still do.
+    pub still_listed: Vec<IpNet>,
+    /// Networks this source did not list.
     pub missing: Vec<IpNet>,
 }
 
-/// What a replace did.
+/// What a replace of one source's entries did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplaceReport {
-    /// Networks new to the set.
+    /// Networks that were not listed by any source and now are.
     pub added: Vec<IpNet>,
-    /// Networks no longer in the set.
+    /// Networks other sources listed, now listed by this one too.
+    pub joined: Vec<IpNet>,
+    /// Networks that are not listed by any source any more.
     pub removed: Vec<IpNet>,
-    /// Networks in both: their time added is kept, source and comment are
-    /// the new ones.
+    /// Networks this source no longer lists that other sources still do.
+    pub still_listed: Vec<IpNet>,
+    /// Networks the source listed before and still does: their time added
+    /// is kept, comment and expiry are the new ones.
     pub kept: usize,
+}
+
+/// What an expiry sweep did, per list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpireReport {
+    /// Memberships that expired.
+    pub expired: usize,
+    /// Networks that are not listed by any source any more.
+    pub removed: Vec<IpNet>,
 }

@@ -1,33 +1,60 @@
 //! The store's schema: table definitions, the version, and how networks
-//! are encoded as keys (see the [module documentation](super) for the
-//! tables).
+//! and times are encoded (see the [module documentation](super) for what
+//! each table holds).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use redb::TableDefinition;
 
 /// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
+/// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
+/// first 4), prefix length.
 pub(super) type NetBytes = [u8; 18];
-/// (source id, comment, added in Unix seconds)
-pub(super) type RecordValue = (u32, Option<&'static str>, u64);
+/// A membership's key: the network, then the source's id.
+pub(super) type MemberKey = (NetBytes, u32);
+/// A membership: comment, time added (Unix seconds), expiry (Unix
+/// milliseconds, 0 for never).
+pub(super) type MemberValue = (Option<&'static str>, u64, u64);
+/// The source index's key: the source's id, then the network.
+pub(super) type SourceKey = (u32, NetBytes);
+/// The expiry index's key: expiry (Unix milliseconds), source id, network.
+pub(super) type ExpiryKey = (u64, u32, NetBytes);
+/// A count's key: the list's code and a source id, or [`ALL_SOURCES`] for
+/// the list's networks.
+pub(super) type CountKey = (u8, u32);
+
+/// The source id that counts a list's networks rather than one source's.
+pub(super) const ALL_SOURCES: u32 = u32::MAX;
 
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-pub(super) const BLOCKLIST: TableDefinition<NetBytes, RecordValue> =
-    TableDefinition::new("blocklist");
-pub(super) const ALLOWLIST: TableDefinition<NetBytes, RecordValue> =
-    TableDefinition::new("allowlist");
 pub(super) const SOURCES: TableDefinition<u32, &str> = TableDefinition::new("sources");
 pub(super) const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
+pub(super) const FEEDS: TableDefinition<&str, &str> = TableDefinition::new("feeds");
+pub(super) const COUNTS: TableDefinition<CountKey, u64> = TableDefinition::new("counts");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const FILTER_SETTINGS_KEY: &str = "filter";
 
+/// The tables of schema version 1 (one source per network), read once to
+/// migrate a store and then deleted.
+pub(super) mod v1 {
+    use redb::TableDefinition;
+
+    use super::NetBytes;
+
+    /// (source id, comment, added in Unix seconds)
+    pub type Record = (u32, Option<&'static str>, u64);
+
+    pub const BLOCKLIST: TableDefinition<NetBytes, Record> = TableDefinition::new("blocklist");
+    pub const ALLOWLIST: TableDefinition<NetBytes, Record> = TableDefinition::new("allowlist");
+}
+
 /// Which list entries belong to: the blocklist that becomes the filter, or
 /// the exact allowlist that always wins over it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ListKind {
     /// Addresses to drop.
     Blocklist,
@@ -35,11 +62,48 @@ pub enum ListKind {
     Allowlist,
 }
 
+/// The three tables of one list.
+pub(super) struct ListTables {
+    /// (network, source) -> membership.
+    pub members: TableDefinition<'static, MemberKey, MemberValue>,
+    /// (source, network) -> (): a source's networks in order.
+    pub by_source: TableDefinition<'static, SourceKey, ()>,
+    /// (expiry, source, network) -> (): memberships by expiry.
+    pub expiry: TableDefinition<'static, ExpiryKey, ()>,
+}
+
 impl ListKind {
-    pub(super) const fn table(self) -> TableDefinition<'static, NetBytes, RecordValue> {
+    /// Both lists.
+    pub const ALL: [ListKind; 2] = [ListKind::Blocklist, ListKind::Allowlist];
+
+    /// The list's name in the store and in messages.
+    pub const fn name(self) -> &'static str {
         match self {
-            ListKind::Blocklist => BLOCKLIST,
-            ListKind::Allowlist => ALLOWLIST,
+            ListKind::Blocklist => "blocklist",
+            ListKind::Allowlist => "allowlist",
+        }
+    }
+
+    /// The list's code in count keys.
+    pub(super) const fn code(self) -> u8 {
+        match self {
+            ListKind::Blocklist => 0,
+            ListKind::Allowlist => 1,
+        }
+    }
+
+    pub(super) const fn tables(self) -> ListTables {
+        match self {
+            ListKind::Blocklist => ListTables {
+                members: TableDefinition::new("blocklist_members"),
+                by_source: TableDefinition::new("blocklist_by_source"),
+                expiry: TableDefinition::new("blocklist_expiry"),
+            },
+            ListKind::Allowlist => ListTables {
+                members: TableDefinition::new("allowlist_members"),
+                by_source: TableDefinition::new("allowlist_by_source"),
+                expiry: TableDefinition::new("allowlist_expiry"),
+            },
         }
     }
 }
@@ -47,6 +111,20 @@ impl ListKind {
 pub(super) fn unix_seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
+}
+
+/// An expiry as stored: Unix milliseconds, at least 1; 0 for none.
+pub(super) fn encode_expiry(expires: Option<SystemTime>) -> u64 {
+    expires.map_or(0, |time| {
+        let millis = time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        u64::try_from(millis).unwrap_or(u64::MAX).max(1)
+    })
+}
+
+pub(super) fn decode_expiry(millis: u64) -> Option<SystemTime> {
+    (millis != 0).then(|| UNIX_EPOCH + Duration::from_millis(millis))
 }
 
 pub(super) fn encode_net(net: &IpNet) -> NetBytes {
@@ -76,4 +154,10 @@ pub(super) fn decode_net(bytes: &NetBytes) -> Option<IpNet> {
         _ => return None,
     };
     IpNet::new(address, prefix_len).ok()
+}
+
+/// The keys of every membership of `net`: from `(net, 0)` to
+/// `(net, u32::MAX)`.
+pub(super) fn memberships_of(net: NetBytes) -> std::ops::RangeInclusive<MemberKey> {
+    (net, 0)..=(net, u32::MAX)
 }

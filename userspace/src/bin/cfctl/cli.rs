@@ -20,7 +20,10 @@ netsets, Spamhaus DROP/DROPv6, plain lists; IPv4 and IPv6, addresses and \
 CIDRs).
 
 The exact list of entries lives in a transactional store in the state \
-directory; the in-kernel cuckoo filter is derived from it. Every change is \
+directory; the in-kernel cuckoo filter is derived from it. Every entry \
+belongs to one or more sources (cli, file:NAME, feed:NAME), each of which \
+may list it until a time of its own; an entry stays listed until every \
+source that lists it drops it or expires. Every change is \
 written to the store and to the live filter together: a listed address never \
 disappears from the filter, even for an instant, and a change that cannot be \
 applied in full changes nothing. The attachment outlives cfctl (the program, \
@@ -34,7 +37,8 @@ const EXAMPLES: &str = "\
 Examples:
   cfctl attach eth0                       load and attach, filter from the store
   cfctl import firehol_level1.netset      add a feed's entries (all or nothing)
-  cfctl import --replace spamhaus_drop.txt    swap the whole list atomically
+  cfctl import --replace spamhaus_drop.txt    swap that file's entries atomically
+  cfctl add 198.18.9.9 --timeout 1h       listed for an hour
   cfctl add 198.18.7.0/24 2001:db8:bad::1
   cfctl check 198.18.7.9                  which entry lists it, if any
   cfctl stats --watch 1                   packets and bytes per second
@@ -129,16 +133,18 @@ pub enum Command {
     /// Exit status, like grep's: 0 if an entry lists the address, 1 if none
     /// does, 2 on error.
     Check(CheckArgs),
-    /// List the blocklist entries with their source, comment and time added.
-    List,
+    /// List the blocklist entries with their sources, comments, times added
+    /// and expiries.
+    List(ListArgs),
     /// Print the blocklist as a plain list that `cfctl import` reads back.
-    Export,
+    Export(ListArgs),
     /// Add every entry of a blocklist file, all or nothing.
     ///
     /// Any invalid line aborts the import with FILE:LINE: reason, and
-    /// nothing changes (unless --skip-invalid). With --replace the file
-    /// becomes the whole list, swapped in atomically. On a device, the list
-    /// always replaces what the device held.
+    /// nothing changes (unless --skip-invalid). The entries belong to the
+    /// source file:FILE (or --source); with --replace the file becomes all
+    /// that source lists, swapped in atomically, and other sources' entries
+    /// stay. On a device, the list always replaces what the device held.
     Import(ImportArgs),
     /// Show interfaces, settings, entries, filter load and expected
     /// false-positive rate.
@@ -173,8 +179,8 @@ impl Command {
             Command::Del(_) => "del",
             Command::Allow(_) => "allow",
             Command::Check(_) => "check",
-            Command::List => "list",
-            Command::Export => "export",
+            Command::List(_) => "list",
+            Command::Export(_) => "export",
             Command::Import(_) => "import",
             Command::Status => "status",
             Command::Stats(_) => "stats",
@@ -193,6 +199,16 @@ impl Command {
 fn setting<T: Setting + Clone + Send + Sync + 'static>() -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(T::ALL.iter().map(|value| value.name()))
         .map(|name| T::from_name(&name).expect("one of the possible values"))
+}
+
+/// Parses a `--timeout`: a humantime duration of at least a second.
+fn timeout(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|error| format!("'{text}' is not a duration like 90s, 1h30m or 7d: {error}"))?;
+    if duration < Duration::from_secs(1) {
+        return Err(format!("'{text}' is shorter than a second"));
+    }
+    Ok(duration)
 }
 
 /// Parses how the program runs on an interface: `native` or `skb`.
@@ -257,6 +273,14 @@ pub struct AddArgs {
     /// A comment stored with the entries (at most 1024 bytes).
     #[arg(long, value_name = "TEXT")]
     pub comment: Option<String>,
+    /// The source that lists them: an entry stays listed until every source
+    /// that lists it drops it.
+    #[arg(long, value_name = "NAME", default_value = "cli")]
+    pub source: String,
+    /// Unlist them after this long (`90s`, `1h30m`, `7d`); adding an entry
+    /// again renews it.
+    #[arg(long, value_name = "DURATION", value_parser = timeout)]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -264,6 +288,10 @@ pub struct DelArgs {
     /// Entries to delete, exactly as listed.
     #[arg(required = true, value_name = "ADDR|CIDR")]
     pub entries: Vec<String>,
+    /// The source that no longer lists them; other sources keep them
+    /// listed.
+    #[arg(long, value_name = "NAME", default_value = "cli")]
+    pub source: String,
 }
 
 /// Allowlist commands.
@@ -274,7 +302,14 @@ pub enum AllowCommand {
     /// Delete entries from the allowlist.
     Del(DelArgs),
     /// List the allowlist.
-    List,
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only the entries this source lists.
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -309,13 +344,21 @@ pub struct ImportArgs {
     /// The file's format.
     #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
     pub format: FormatArg,
-    /// Make the file the whole list, swapped in atomically (entries not in
-    /// it are deleted).
+    /// Make the file the whole of its source's entries, swapped in
+    /// atomically (the source's entries not in it are deleted; other
+    /// sources' entries stay).
     #[arg(long)]
     pub replace: bool,
     /// Skip invalid lines (each is reported) instead of aborting.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// The source the entries belong to [default: file:FILE]; with
+    /// --replace, only this source's entries are replaced.
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
+    /// Unlist the entries after this long (`90s`, `1h30m`, `7d`).
+    #[arg(long, value_name = "DURATION", value_parser = timeout)]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use filter_core::protocol::{Info, Stats};
 use filter_core::AddressFamily;
+use ipnet::IpNet;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -104,6 +105,7 @@ pub fn detach(report: &DetachReport) {
 
 pub fn change(report: &ChangeReport) {
     let count = |value: usize| thousands(value as u64);
+    let source = Escaped(&report.source);
     let mut parts = match report.operation {
         "delete" => vec![format!("{} deleted", count(report.deleted))],
         "replace" => vec![
@@ -111,16 +113,35 @@ pub fn change(report: &ChangeReport) {
             format!("{} deleted", count(report.deleted)),
             format!("{} kept", count(report.kept)),
         ],
+        "expire" => vec![
+            format!("{} expired", count(report.expired)),
+            format!("{} deleted", count(report.deleted)),
+        ],
         _ => vec![format!("{} added", count(report.added))],
     };
+    if report.joined > 0 {
+        parts.push(format!(
+            "{} listed by other sources too, now by {source} as well",
+            count(report.joined)
+        ));
+    }
     if !report.already_listed.is_empty() {
         parts.push(format!(
-            "{} listed already (kept as they were)",
+            "{} listed already by {source} (renewed)",
             count(report.already_listed.len())
         ));
     }
+    if !report.still_listed.is_empty() {
+        parts.push(format!(
+            "{} still listed by other sources",
+            count(report.still_listed.len())
+        ));
+    }
     if !report.not_listed.is_empty() {
-        parts.push(format!("{} not listed", count(report.not_listed.len())));
+        parts.push(format!(
+            "{} not listed by {source}",
+            count(report.not_listed.len())
+        ));
     }
     if report.repeated > 0 {
         parts.push(format!(
@@ -141,14 +162,24 @@ pub fn change(report: &ChangeReport) {
         FilterUpdate::Allowlist => "allowlist map updated".to_owned(),
     };
     println!("{} ({filter})", parts.join(", "));
+    notes(&report.not_listed, &format!("was not listed by {source}"));
+    notes(
+        &report.still_listed,
+        "stays listed: other sources list it (`cfctl list` shows which)",
+    );
+}
+
+/// One warning line for each of the first ten of `nets`, then how many
+/// more there are.
+fn notes(nets: &[IpNet], what: &str) {
     const SHOWN: usize = 10;
-    for net in report.not_listed.iter().take(SHOWN) {
-        eprintln!("cfctl: warning: {net} was not listed");
+    for net in nets.iter().take(SHOWN) {
+        eprintln!("cfctl: warning: {net} {what}");
     }
-    if report.not_listed.len() > SHOWN {
+    if nets.len() > SHOWN {
         eprintln!(
-            "cfctl: warning: and {} more entries were not listed",
-            count(report.not_listed.len() - SHOWN)
+            "cfctl: warning: and {} more: {what}",
+            thousands((nets.len() - SHOWN) as u64)
         );
     }
 }
@@ -163,17 +194,27 @@ fn time(seconds: u64) -> String {
 }
 
 fn entry_line(entry: &EntryRecord) -> String {
-    let comment = entry
-        .comment
-        .as_deref()
-        .map(|comment| format!(" ({})", Escaped(comment)))
-        .unwrap_or_default();
-    format!(
-        "{} from {}{comment}, added {}",
-        entry.net,
-        Escaped(&entry.source),
-        time(entry.added)
-    )
+    let sources: Vec<String> = entry
+        .sources
+        .iter()
+        .map(|member| {
+            let comment = member
+                .comment
+                .as_deref()
+                .map(|comment| format!(" ({})", Escaped(comment)))
+                .unwrap_or_default();
+            let expires = member
+                .expires
+                .map(|expires| format!(", expires {}", time(expires)))
+                .unwrap_or_default();
+            format!(
+                "from {}{comment}, added {}{expires}",
+                Escaped(&member.source),
+                time(member.added)
+            )
+        })
+        .collect();
+    format!("{} {}", entry.net, sources.join("; "))
 }
 
 pub fn check(result: &CheckResult) {
@@ -210,13 +251,18 @@ pub fn entries(entries: &[EntryRecord]) {
     }
 }
 
-/// The list in the plain format, comments after `#`, escaped so that
-/// `cfctl import` reads back exactly the same entries and comments.
+/// The list in the plain format, each entry with the first comment of its
+/// sources after `#`, escaped so that `cfctl import` reads back exactly the
+/// same entries and comments.
 pub fn export(entries: &[EntryRecord]) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     writeln!(out, "# cfctl export: {} entries", entries.len())?;
     for entry in entries {
-        match &entry.comment {
+        let comment = entry
+            .sources
+            .iter()
+            .find_map(|member| member.comment.as_deref());
+        match comment {
             Some(comment) => writeln!(out, "{} # {}", entry.net, escape_comment(comment))?,
             None => writeln!(out, "{}", entry.net)?,
         }
@@ -261,6 +307,17 @@ pub fn status(status: &Status) {
         thousands(status.entries),
         thousands(status.allowlist_entries)
     );
+    for count in &status.sources {
+        println!(
+            "  {:<10} {} from {}",
+            count.list,
+            thousands(count.entries),
+            Escaped(&count.source)
+        );
+    }
+    if let Some(next) = status.next_expiry {
+        println!("next expiry  {}", time(next));
+    }
     match &status.filter {
         None => println!(
             "filter       {}-bit fingerprints, sized for {} keys (built at attach)",

@@ -3,7 +3,7 @@
 //! that add something), runs, and prints its report.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
 use userspace::control::{
@@ -15,7 +15,9 @@ use userspace::text::{self, Escaped};
 use userspace::xdp::PinDir;
 use userspace::Setting;
 
-use crate::cli::{AddArgs, AllowCommand, AttachArgs, Command, GlobalOptions, ImportArgs};
+use crate::cli::{
+    AddArgs, AllowCommand, AttachArgs, Command, DelArgs, GlobalOptions, ImportArgs, ListArgs,
+};
 use crate::input::{nets_to_add, parse_address, parse_nets, read_list};
 use crate::{answer_check, print, report};
 
@@ -52,6 +54,8 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
         Box::new(|notice| eprintln!("cfctl: {}", Escaped(notice))),
     )?;
     control.set_force(global.force);
+    // Every command first ends the listings that have expired.
+    control.expire_due()?;
     on_store(global, &mut control, command)
 }
 
@@ -64,20 +68,22 @@ fn on_store(
     match command {
         Command::Attach(args) => attach(global, control, args),
         Command::Add(args) => add(global, control, ListKind::Blocklist, args),
-        Command::Del(args) => delete(global, control, ListKind::Blocklist, &args.entries),
+        Command::Del(args) => delete(global, control, ListKind::Blocklist, args),
         Command::Allow(AllowCommand::Add(args)) => add(global, control, ListKind::Allowlist, args),
         Command::Allow(AllowCommand::Del(args)) => {
-            delete(global, control, ListKind::Allowlist, &args.entries)
+            delete(global, control, ListKind::Allowlist, args)
         }
-        Command::Allow(AllowCommand::List) => list(global, control, ListKind::Allowlist),
+        Command::Allow(AllowCommand::List(args)) => {
+            list(global, control, ListKind::Allowlist, args)
+        }
         Command::Check(args) => {
             let result = control.check(parse_address(&args.address)?)?;
             let listed = !result.covering.is_empty();
             answer_check(global, args.quiet, listed, &result, report::check)
         }
-        Command::List => list(global, control, ListKind::Blocklist),
-        Command::Export => {
-            let entries = records(control, ListKind::Blocklist)?;
+        Command::List(args) => list(global, control, ListKind::Blocklist, args),
+        Command::Export(args) => {
+            let entries = records(control, ListKind::Blocklist, args)?;
             match global.json {
                 true => report::json(&entries),
                 false => report::export(&entries),
@@ -128,19 +134,25 @@ fn add(
     args: &AddArgs,
 ) -> anyhow::Result<()> {
     let nets = nets_to_add(global, &args.entries)?;
+    let source = source_name(&args.source)?;
     let comment = match args.comment.as_deref() {
         Some(comment) => text::check_comment(comment).context("--comment")?,
         None => None,
     };
+    let expires = args.timeout.map(|timeout| SystemTime::now() + timeout);
     let entries: Vec<NewEntry<'_>> = nets
         .iter()
         .map(|&net| NewEntry {
             net,
-            source: "cli",
             comment,
+            expires,
         })
         .collect();
-    let report = control.change(list, Change::Add(&entries), &NoProgress)?;
+    let change = Change::Add {
+        source,
+        entries: &entries,
+    };
+    let report = control.change(list, change, &NoProgress)?;
     print(global, &report, report::change)
 }
 
@@ -148,24 +160,50 @@ fn delete(
     global: &GlobalOptions,
     control: &mut Control,
     list: ListKind,
-    texts: &[String],
+    args: &DelArgs,
 ) -> anyhow::Result<()> {
-    let nets = parse_nets(texts)?;
-    let report = control.change(list, Change::Delete(&nets), &NoProgress)?;
+    let nets = parse_nets(&args.entries)?;
+    let source = source_name(&args.source)?;
+    let report = control.change(
+        list,
+        Change::Delete {
+            source,
+            nets: &nets,
+        },
+        &NoProgress,
+    )?;
     print(global, &report, report::change)
 }
 
 fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> anyhow::Result<()> {
     let list = read_list(global, args)?;
-    let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list).collect();
+    let source = match &args.source {
+        Some(source) => source.clone(),
+        None => format!("file:{}", list.source),
+    };
+    let source = source_name(&source)?;
+    let expires = args.timeout.map(|timeout| SystemTime::now() + timeout);
+    let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list, expires).collect();
     let change = match args.replace {
-        true => Change::Replace(&entries),
-        false => Change::Add(&entries),
+        true => Change::Replace {
+            source,
+            entries: &entries,
+        },
+        false => Change::Add {
+            source,
+            entries: &entries,
+        },
     };
     let bar = report::Bar::new(entries.len());
     let report = control.change(ListKind::Blocklist, change, &bar)?;
     drop(bar);
     print(global, &report, report::change)
+}
+
+/// A source name as given, if it is one.
+fn source_name(name: &str) -> anyhow::Result<&str> {
+    control::check_source_name(name)?;
+    Ok(name)
 }
 
 fn verify(global: &GlobalOptions, control: &mut Control) -> anyhow::Result<()> {
@@ -184,17 +222,22 @@ fn verify(global: &GlobalOptions, control: &mut Control) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn records(control: &Control, list: ListKind) -> anyhow::Result<Vec<EntryRecord>> {
+fn records(control: &Control, list: ListKind, args: &ListArgs) -> anyhow::Result<Vec<EntryRecord>> {
     Ok(control
         .store()
-        .entries(list)?
+        .entries(list, args.source.as_deref())?
         .into_iter()
         .map(EntryRecord::from)
         .collect())
 }
 
-fn list(global: &GlobalOptions, control: &Control, list: ListKind) -> anyhow::Result<()> {
-    let entries = records(control, list)?;
+fn list(
+    global: &GlobalOptions,
+    control: &Control,
+    list: ListKind,
+    args: &ListArgs,
+) -> anyhow::Result<()> {
+    let entries = records(control, list, args)?;
     print(global, &entries, |entries| report::entries(entries))
 }
 
