@@ -29,7 +29,7 @@ use core::num::NonZeroU16;
 use crate::fingerprint::Fingerprint;
 use crate::hash::{fmix32, KeyHash, KeyedHasher};
 use crate::layout::{
-    alternate_bucket, bucket_contains, bucket_count, locate, BucketStorage, Location,
+    alternate_bucket, bucket_count, buckets_contain, find_slot, locate, BucketStorage, Location,
 };
 use crate::math;
 
@@ -298,29 +298,23 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
         self.count_hash(self.hash(item))
     }
 
-    /// [`Self::contains`] for a precomputed hash.
+    /// [`Self::contains`] for a precomputed hash. Loads both buckets, then
+    /// compares them without a branch.
     #[inline]
     pub fn contains_hash(&self, hash: KeyHash) -> bool {
         let location = self.locate(hash);
-        bucket_contains(&self.buckets.bucket(location.primary), location.fingerprint)
-            || bucket_contains(
-                &self.buckets.bucket(location.alternate),
-                location.fingerprint,
-            )
+        let [primary, alternate] = self.both_buckets(location);
+        buckets_contain(&primary, &alternate, location.fingerprint)
     }
 
     /// [`Self::count`] for a precomputed hash.
     pub fn count_hash(&self, hash: KeyHash) -> usize {
         let location = self.locate(hash);
-        let primary = bucket_count(&self.buckets.bucket(location.primary), location.fingerprint);
-        if location.alternate == location.primary {
-            return primary;
-        }
-        primary
-            + bucket_count(
-                &self.buckets.bucket(location.alternate),
-                location.fingerprint,
-            )
+        let [primary, alternate] = self.both_buckets(location);
+        // When both indices are one bucket, its copies count once.
+        let distinct = usize::from(location.alternate != location.primary);
+        bucket_count(&primary, location.fingerprint)
+            + distinct * bucket_count(&alternate, location.fingerprint)
     }
 
     /// [`Self::insert_unique`] for a precomputed hash.
@@ -334,36 +328,53 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
     /// [`Self::remove`] for a precomputed hash.
     pub fn remove_hash(&mut self, hash: KeyHash) -> bool {
         let location = self.locate(hash);
-        for bucket in [location.primary, location.alternate] {
-            if let Some(slot) = self.find_slot(bucket, location.fingerprint) {
+        match self.first_slot_of_either(location, location.fingerprint) {
+            Some((bucket, slot)) => {
                 self.buckets.set_slot(bucket, slot, F::EMPTY);
                 self.len = self.len.saturating_sub(1);
-                return true;
+                true
             }
+            None => false,
         }
-        false
     }
 
     /// [`Self::insert`] for a precomputed hash.
     #[inline]
     pub fn insert_hash(&mut self, hash: KeyHash) -> Result<(), InsertError> {
         let location = self.locate(hash);
-        for bucket in [location.primary, location.alternate] {
-            if let Some(slot) = self.find_slot(bucket, F::EMPTY) {
+        match self.first_slot_of_either(location, F::EMPTY) {
+            Some((bucket, slot)) => {
                 self.buckets.set_slot(bucket, slot, location.fingerprint);
                 self.len = self.len.saturating_add(1);
-                return Ok(());
+                Ok(())
             }
+            None => self.insert_by_relocation(location),
         }
-        self.insert_by_relocation(location)
     }
 
+    /// Both candidate buckets of `location`, loaded before either is looked
+    /// at, so their cache misses overlap.
     #[inline(always)]
-    fn find_slot(&self, bucket: usize, fingerprint: F) -> Option<usize> {
-        self.buckets
-            .bucket(bucket)
-            .iter()
-            .position(|&slot| slot == fingerprint)
+    pub(crate) fn both_buckets(&self, location: Location<F>) -> [[F; SLOTS]; 2] {
+        [
+            self.buckets.bucket(location.primary),
+            self.buckets.bucket(location.alternate),
+        ]
+    }
+
+    /// The first slot holding `fingerprint` in the primary bucket, else in
+    /// the alternate one, as `(bucket, slot)`.
+    #[inline(always)]
+    fn first_slot_of_either(
+        &self,
+        location: Location<F>,
+        fingerprint: F,
+    ) -> Option<(usize, usize)> {
+        let [primary, alternate] = self.both_buckets(location);
+        let in_primary = find_slot(&primary, fingerprint).map(|slot| (location.primary, slot));
+        let in_alternate =
+            find_slot(&alternate, fingerprint).map(|slot| (location.alternate, slot));
+        in_primary.or(in_alternate)
     }
 
     fn slot_value(&self, global_slot: u32) -> F {
@@ -416,7 +427,7 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
             path_len += 1;
             let evicted = self.slot_value(global_slot);
             bucket = alternate_bucket(bucket, evicted, mask);
-            if let Some(free) = self.find_slot(bucket, F::EMPTY) {
+            if let Some(free) = find_slot(&self.buckets.bucket(bucket), F::EMPTY) {
                 self.apply_path(path.get(..path_len).unwrap_or(&[]), bucket, free, location);
                 self.len = self.len.saturating_add(1);
                 return Ok(());

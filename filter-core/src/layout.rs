@@ -23,6 +23,7 @@
 
 use crate::fingerprint::Fingerprint;
 use crate::hash::{fmix32, KeyHash};
+use crate::swar::slot_matches;
 
 /// The fingerprint and the two candidate buckets of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,17 +59,40 @@ pub fn alternate_bucket<F: Fingerprint>(
     bucket ^ (fmix32(fingerprint.to_u32()) as usize & bucket_mask)
 }
 
-/// Whether `bucket` holds `fingerprint`: the probe the XDP program runs on
-/// map memory.
+/// Whether `bucket` holds `fingerprint`. Branch-free for every width and
+/// slot count: an exact SWAR lane test over the bucket's 64-bit words.
 #[inline(always)]
 pub fn bucket_contains<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F) -> bool {
-    bucket.contains(&fingerprint)
+    slot_matches(bucket, fingerprint).any()
+}
+
+/// Whether either of a key's two buckets holds `fingerprint`: the probe the
+/// XDP program runs on map memory. Both buckets are compared, with no
+/// branch between them, so a caller that loads both before calling lets
+/// the two cache misses overlap.
+#[inline(always)]
+pub fn buckets_contain<F: Fingerprint, const S: usize>(
+    primary: &[F; S],
+    alternate: &[F; S],
+    fingerprint: F,
+) -> bool {
+    // `|` of the two lane masks, not `||` of two answers: no branch.
+    let primary = slot_matches(primary, fingerprint);
+    let alternate = slot_matches(alternate, fingerprint);
+    primary.or(alternate).any()
 }
 
 /// How many slots of `bucket` hold `fingerprint`.
-#[inline]
+#[inline(always)]
 pub fn bucket_count<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F) -> usize {
-    bucket.iter().filter(|&&slot| slot == fingerprint).count()
+    slot_matches(bucket, fingerprint).count()
+}
+
+/// The first slot of `bucket` holding `fingerprint` (`F::EMPTY` finds a free
+/// slot).
+#[inline(always)]
+pub fn find_slot<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F) -> Option<usize> {
+    slot_matches(bucket, fingerprint).first()
 }
 
 /// Storage for a cuckoo table in the layout above.

@@ -4,8 +4,8 @@
 //! One program per [`FilterShape`] (`blocklist_fp8`, `_fp16`, `_fp32`), all
 //! the same generic code; the loader loads the one it needs. The filter is
 //! probed with `filter-core`'s own code: [`NetKey`] for the key and its
-//! hash, [`locate`] for the fingerprint and buckets, [`bucket_contains`] on
-//! a bucket copied out of map memory. `locate_key` is a test-only program
+//! hash, [`locate`] for the fingerprint and buckets, [`buckets_contain`] on
+//! both buckets copied out of map memory. `locate_key` is a test-only program
 //! that reports what that code computes for a packet.
 //!
 //! Before the first probe, the live profile's [`Prefilter`] gives the active
@@ -37,7 +37,7 @@ use blocklist_ebpf::{
     PROFILE_COUNT,
 };
 use filter_core::{
-    layout::{bucket_contains, locate},
+    layout::{buckets_contain, locate},
     Fingerprint, NetKey,
 };
 
@@ -298,24 +298,24 @@ fn listed<F: Fingerprint, const S: usize>(
             continue;
         };
         let location = locate::<F>(key.hash(seed), mask);
-        if bucket_holds(table, location.primary, location.fingerprint)
-            || bucket_holds(table, location.alternate, location.fingerprint)
-        {
+        // Both buckets are read before either is compared, so their cache
+        // misses overlap, and compared with no branch between them.
+        let primary = read_bucket(table, location.primary);
+        let alternate = read_bucket(table, location.alternate);
+        if buckets_contain(&primary, &alternate, location.fingerprint) {
             return true;
         }
     }
     false
 }
 
+/// Bucket `index` of `table`, read once; an index out of range (never, the
+/// mask keeps it in) reads as an empty bucket.
 #[inline(always)]
-fn bucket_holds<F: Fingerprint, const S: usize>(
-    table: &Table<F, S>,
-    index: usize,
-    fingerprint: F,
-) -> bool {
+fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize) -> [F; S] {
     match table.get(index as u32) {
-        Some(bucket) => bucket_contains(&read(bucket), fingerprint),
-        None => false,
+        Some(bucket) => read(bucket),
+        None => [F::EMPTY; S],
     }
 }
 
