@@ -10,9 +10,12 @@
 //! When both buckets of a new fingerprint are full, the insert first
 //! *searches* for a relocation path with a random walk, reading the table
 //! but not writing it (a walk that comes back to a slot already on its path
-//! cuts the cycle off). Only when the walk ends at an empty slot are the
-//! moves applied, from the far end backwards: each fingerprint is written to
-//! its new slot before its old slot is overwritten. So
+//! cuts the cycle off). Each step looks one move ahead: the other buckets
+//! of all occupants of the current bucket are read together, and an
+//! occupant that can move straight into a free slot ends the walk. Only
+//! when the walk ends at an empty slot are the moves applied, from the far
+//! end backwards: each fingerprint is written to its new slot before its
+//! old slot is overwritten. So
 //!
 //! * a failed insert returns [`InsertError::Full`] and leaves the table
 //!   exactly as it was: no victim is dropped;
@@ -399,6 +402,13 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
 
     /// Both buckets are full: search a path of moves ending in an empty slot,
     /// then apply it back to front (see the module documentation).
+    ///
+    /// The walk stands on a full bucket and first looks one step ahead: the
+    /// other buckets of all its occupants are loaded together, and if one
+    /// has a free slot, that occupant moves there and the search ends. Only
+    /// otherwise does a random occupant move on. So each step costs one
+    /// round of memory latency for `SLOTS` reads, and finds a free slot
+    /// about `SLOTS` times as often as a walk that reads one bucket a step.
     #[inline(never)]
     fn insert_by_relocation(&mut self, location: Location<F>) -> Result<(), InsertError> {
         let mask = self.bucket_mask();
@@ -411,9 +421,26 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
         };
 
         for _ in 0..self.max_kicks() {
-            let slot = self.next_random() as usize % SLOTS;
-            let global_slot = (bucket * SLOTS + slot) as u32;
             let visited = path.get(..path_len).unwrap_or(&[]);
+            let next_buckets = self
+                .buckets
+                .bucket(bucket)
+                .map(|occupant| alternate_bucket(bucket, occupant, mask));
+            let next_contents = next_buckets.map(|next| self.buckets.bucket(next));
+            let first_slot = bucket * SLOTS;
+            let step_to_free_slot = next_contents
+                .iter()
+                .zip(next_buckets)
+                .enumerate()
+                .filter_map(|(slot, (contents, next))| {
+                    find_slot(contents, F::EMPTY).map(|free| (slot, next, free))
+                })
+                .find(|&(slot, _, _)| !visited.contains(&((first_slot + slot) as u32)));
+            let slot = match step_to_free_slot {
+                Some((slot, _, _)) => slot,
+                None => self.next_random() as usize % SLOTS,
+            };
+            let global_slot = (first_slot + slot) as u32;
             if let Some(position) = visited.iter().position(|&s| s == global_slot) {
                 // A cycle: go back to the state in which this slot was first
                 // chosen (same bucket, shorter path) and choose again.
@@ -425,13 +452,13 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
             };
             *entry = global_slot;
             path_len += 1;
-            let evicted = self.slot_value(global_slot);
-            bucket = alternate_bucket(bucket, evicted, mask);
-            if let Some(free) = find_slot(&self.buckets.bucket(bucket), F::EMPTY) {
-                self.apply_path(path.get(..path_len).unwrap_or(&[]), bucket, free, location);
+            if let Some((_, free_bucket, free_slot)) = step_to_free_slot {
+                let path = path.get(..path_len).unwrap_or(&[]);
+                self.apply_path(path, free_bucket, free_slot, location);
                 self.len = self.len.saturating_add(1);
                 return Ok(());
             }
+            bucket = next_buckets.get(slot).copied().unwrap_or(bucket);
         }
         Err(InsertError::Full)
     }
