@@ -20,7 +20,9 @@
 //! (inserted but no longer found) and the machine's load average.
 //!
 //! `cargo bench -p filter-core --bench filters -- [--rounds N] [--sizes
-//! 1000000,10000000]` (or `./x bench`); defaults: 5 rounds, both sizes.
+//! 1000000,10000000] [--only NAME]` (or `./x bench ...`); defaults: 5
+//! rounds, both sizes, every candidate (`--only` keeps those whose name
+//! contains NAME).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -293,12 +295,14 @@ fn print_table(title: &str, items: usize, names: &[String], figures: &[Figures])
 struct Options {
     rounds: usize,
     sizes: Vec<usize>,
+    only: Option<String>,
 }
 
 fn options() -> Options {
     let mut options = Options {
         rounds: 5,
         sizes: vec![1_000_000, 10_000_000],
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -312,9 +316,10 @@ fn options() -> Options {
                     .map(|size| size.parse().unwrap())
                     .collect()
             }
+            "--only" => options.only = args.next(),
             // cargo bench passes --bench; anything else is a mistake.
             "--bench" => {}
-            other => panic!("unknown argument {other}; use --rounds N, --sizes A,B"),
+            other => panic!("unknown argument {other}; use --rounds N, --sizes A,B, --only NAME"),
         }
     }
     options
@@ -330,6 +335,9 @@ fn main() {
         Box::new(ScalableCuckoo::default()),
         Box::new(QuotientFilter::default()),
     ];
+    if let Some(only) = &options.only {
+        candidates.retain(|candidate| candidate.name().contains(only.as_str()));
+    }
     let names: Vec<String> = candidates.iter().map(|c| c.name()).collect();
     for &items in &options.sizes {
         let keys = random_keys(items as u64, items);
