@@ -67,154 +67,149 @@ const fn cuckoo_buckets(items: usize) -> usize {
     }
 }
 
-/// The filters under comparison, behind one interface. A pass is one call,
-/// so a candidate may batch inside it.
-trait Candidate {
-    fn name(&self) -> String;
-    fn build(&mut self, items: usize);
+/// A filter under test, one key at a time.
+trait Keyed {
+    /// Inserts `key`; false if the filter refused it.
+    fn insert_key(&mut self, key: u64) -> bool;
+    fn contains_key(&self, key: u64) -> bool;
+    fn bytes(&self) -> usize;
+}
+
+/// A filter under test, one pass at a time (so a filter may batch, and a
+/// pass costs one dynamic call, not one per key).
+trait Filter {
     /// Inserts every key; returns how many the filter refused.
     fn insert_all(&mut self, keys: &[u64]) -> usize;
     /// How many of `keys` the filter reports present.
     fn count_present(&self, keys: &[u64]) -> usize;
     fn bytes(&self) -> usize;
-    /// Frees the filter.
-    fn drop_filter(&mut self);
 }
 
-struct Ours<F: Fingerprint> {
-    filter: Option<CuckooFilter<F, 4, Vec<[F; 4]>>>,
-    batched: bool,
-}
-
-impl<F: Fingerprint> Ours<F> {
-    fn new(batched: bool) -> Self {
-        Self {
-            filter: None,
-            batched,
-        }
-    }
-}
-
-impl<F: Fingerprint> Candidate for Ours<F> {
-    fn name(&self) -> String {
-        let mode = if self.batched { ", batched" } else { "" };
-        format!("filter-core u{}{mode}", F::BITS)
-    }
-    fn build(&mut self, items: usize) {
-        let table = vec![[F::EMPTY; 4]; cuckoo_buckets(items)];
-        self.filter = Some(CuckooFilter::with_storage(table, 1).unwrap());
-    }
+impl<T: Keyed> Filter for T {
     fn insert_all(&mut self, keys: &[u64]) -> usize {
-        let filter = self.filter.as_mut().unwrap();
-        keys.iter()
-            .filter(|&key| filter.insert(key).is_err())
-            .count()
+        keys.iter().filter(|&&key| !self.insert_key(key)).count()
     }
     fn count_present(&self, keys: &[u64]) -> usize {
-        let filter = self.filter.as_ref().unwrap();
-        if self.batched {
-            filter.contains_many(keys).filter(|&found| found).count()
-        } else {
-            keys.iter().filter(|&key| filter.contains(key)).count()
-        }
+        keys.iter().filter(|&&key| self.contains_key(key)).count()
     }
     fn bytes(&self) -> usize {
-        self.filter.as_ref().map_or(0, |f| f.capacity() * F::BYTES)
-    }
-    fn drop_filter(&mut self) {
-        self.filter = None;
+        Keyed::bytes(self)
     }
 }
 
-#[derive(Default)]
-struct CuckoofilterCrate(Option<cuckoofilter::CuckooFilter<DefaultHasher>>);
+/// A candidate: its name and how to build its filter for a number of keys.
+struct Candidate {
+    name: &'static str,
+    build: fn(usize) -> Box<dyn Filter>,
+}
 
-impl Candidate for CuckoofilterCrate {
-    fn name(&self) -> String {
-        "cuckoofilter 0.5 (u8, SipHash)".into()
+type OurTable<F> = CuckooFilter<F, 4, Vec<[F; 4]>>;
+
+fn our_table<F: Fingerprint>(items: usize) -> OurTable<F> {
+    CuckooFilter::with_storage(vec![[F::EMPTY; 4]; cuckoo_buckets(items)], 1).unwrap()
+}
+
+impl<F: Fingerprint> Keyed for OurTable<F> {
+    fn insert_key(&mut self, key: u64) -> bool {
+        self.insert(&key).is_ok()
     }
-    fn build(&mut self, items: usize) {
+    fn contains_key(&self, key: u64) -> bool {
+        self.contains(&key)
+    }
+    fn bytes(&self) -> usize {
+        self.capacity() * F::BYTES
+    }
+}
+
+/// filter-core looking keys up with `contains_many`.
+struct Batched(OurTable<u16>);
+
+impl Filter for Batched {
+    fn insert_all(&mut self, keys: &[u64]) -> usize {
+        self.0.insert_all(keys)
+    }
+    fn count_present(&self, keys: &[u64]) -> usize {
+        self.0.contains_many(keys).filter(|&found| found).count()
+    }
+    fn bytes(&self) -> usize {
+        Keyed::bytes(&self.0)
+    }
+}
+
+impl Keyed for cuckoofilter::CuckooFilter<DefaultHasher> {
+    fn insert_key(&mut self, key: u64) -> bool {
+        // NotEnoughSpace means the crate dropped a victim: the lookups
+        // count what was lost.
+        self.add(&key).is_ok()
+    }
+    fn contains_key(&self, key: u64) -> bool {
+        self.contains(&key)
+    }
+    fn bytes(&self) -> usize {
+        self.memory_usage()
+    }
+}
+
+impl Keyed for scalable_cuckoo_filter::ScalableCuckooFilter<u64> {
+    fn insert_key(&mut self, key: u64) -> bool {
+        self.insert(&key);
+        true
+    }
+    fn contains_key(&self, key: u64) -> bool {
+        self.contains(&key)
+    }
+    fn bytes(&self) -> usize {
+        (self.bits() / 8) as usize
+    }
+}
+
+impl Keyed for qfilter::Filter {
+    fn insert_key(&mut self, key: u64) -> bool {
+        self.insert_duplicated(key).is_ok()
+    }
+    fn contains_key(&self, key: u64) -> bool {
+        self.contains(key)
+    }
+    fn bytes(&self) -> usize {
+        self.memory_usage()
+    }
+}
+
+const CANDIDATES: [Candidate; 6] = [
+    Candidate {
+        name: "filter-core u16",
+        build: |items| Box::new(our_table::<u16>(items)),
+    },
+    Candidate {
+        name: "filter-core u16, batched",
+        build: |items| Box::new(Batched(our_table(items))),
+    },
+    Candidate {
+        name: "filter-core u8",
+        build: |items| Box::new(our_table::<u8>(items)),
+    },
+    Candidate {
+        name: "cuckoofilter 0.5 (u8, SipHash)",
         // Capacity 4·b gives exactly b buckets of 4 slots: the same table.
-        self.0 = Some(cuckoofilter::CuckooFilter::with_capacity(
-            cuckoo_buckets(items) * 4,
-        ));
-    }
-    fn insert_all(&mut self, keys: &[u64]) -> usize {
-        // NotEnoughSpace means the crate dropped a victim: the lookups count
-        // what was lost.
-        let filter = self.0.as_mut().unwrap();
-        keys.iter().filter(|&key| filter.add(key).is_err()).count()
-    }
-    fn count_present(&self, keys: &[u64]) -> usize {
-        let filter = self.0.as_ref().unwrap();
-        keys.iter().filter(|&key| filter.contains(key)).count()
-    }
-    fn bytes(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| f.memory_usage())
-    }
-    fn drop_filter(&mut self) {
-        self.0 = None;
-    }
-}
-
-#[derive(Default)]
-struct ScalableCuckoo(Option<scalable_cuckoo_filter::ScalableCuckooFilter<u64>>);
-
-impl Candidate for ScalableCuckoo {
-    fn name(&self) -> String {
-        "scalable_cuckoo_filter 0.5".into()
-    }
-    fn build(&mut self, items: usize) {
-        self.0 = Some(scalable_cuckoo_filter::ScalableCuckooFilter::new(
-            items, TARGET_FPR,
-        ));
-    }
-    fn insert_all(&mut self, keys: &[u64]) -> usize {
-        let filter = self.0.as_mut().unwrap();
-        for key in keys {
-            filter.insert(key);
-        }
-        0
-    }
-    fn count_present(&self, keys: &[u64]) -> usize {
-        let filter = self.0.as_ref().unwrap();
-        keys.iter().filter(|&key| filter.contains(key)).count()
-    }
-    fn bytes(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| (f.bits() / 8) as usize)
-    }
-    fn drop_filter(&mut self) {
-        self.0 = None;
-    }
-}
-
-#[derive(Default)]
-struct QuotientFilter(Option<qfilter::Filter>);
-
-impl Candidate for QuotientFilter {
-    fn name(&self) -> String {
-        "qfilter 0.3 (quotient filter)".into()
-    }
-    fn build(&mut self, items: usize) {
-        self.0 = Some(qfilter::Filter::new(items as u64, TARGET_FPR).unwrap());
-    }
-    fn insert_all(&mut self, keys: &[u64]) -> usize {
-        let filter = self.0.as_mut().unwrap();
-        keys.iter()
-            .filter(|&key| filter.insert_duplicated(key).is_err())
-            .count()
-    }
-    fn count_present(&self, keys: &[u64]) -> usize {
-        let filter = self.0.as_ref().unwrap();
-        keys.iter().filter(|&key| filter.contains(key)).count()
-    }
-    fn bytes(&self) -> usize {
-        self.0.as_ref().map_or(0, |f| f.memory_usage())
-    }
-    fn drop_filter(&mut self) {
-        self.0 = None;
-    }
-}
+        build: |items| {
+            Box::new(cuckoofilter::CuckooFilter::<DefaultHasher>::with_capacity(
+                cuckoo_buckets(items) * 4,
+            ))
+        },
+    },
+    Candidate {
+        name: "scalable_cuckoo_filter 0.5",
+        build: |items| {
+            Box::new(scalable_cuckoo_filter::ScalableCuckooFilter::<u64>::new(
+                items, TARGET_FPR,
+            ))
+        },
+    },
+    Candidate {
+        name: "qfilter 0.3 (quotient filter)",
+        build: |items| Box::new(qfilter::Filter::new(items as u64, TARGET_FPR).unwrap()),
+    },
+];
 
 /// One candidate's figures at one size.
 #[derive(Clone, Copy, Default)]
@@ -243,28 +238,26 @@ fn million_per_second(operations: usize, started: Instant) -> f64 {
     operations as f64 / started.elapsed().as_secs_f64() / 1e6
 }
 
-fn one_pass(candidate: &mut dyn Candidate, keys: &[u64], absent: &[u64]) -> Figures {
-    candidate.build(keys.len());
+fn one_pass(candidate: &Candidate, keys: &[u64], absent: &[u64]) -> Figures {
+    let mut filter = (candidate.build)(keys.len());
     let started = Instant::now();
-    let refused = candidate.insert_all(black_box(keys));
+    let refused = filter.insert_all(black_box(keys));
     let insert = million_per_second(keys.len(), started);
     let started = Instant::now();
-    let found = black_box(candidate.count_present(black_box(keys)));
+    let found = black_box(filter.count_present(black_box(keys)));
     let present = million_per_second(keys.len(), started);
     let started = Instant::now();
-    let false_positives = black_box(candidate.count_present(black_box(absent)));
+    let false_positives = black_box(filter.count_present(black_box(absent)));
     let absent_rate = million_per_second(absent.len(), started);
-    let figures = Figures {
+    Figures {
         insert,
         present,
         absent: absent_rate,
-        bits_per_item: candidate.bytes() as f64 * 8.0 / keys.len() as f64,
+        bits_per_item: filter.bytes() as f64 * 8.0 / keys.len() as f64,
         fpr: false_positives as f64 / absent.len() as f64,
         lost: keys.len() - found,
         refused,
-    };
-    candidate.drop_filter();
-    figures
+    }
 }
 
 fn load_average() -> String {
@@ -327,26 +320,24 @@ fn options() -> Options {
 
 fn main() {
     let options = options();
-    let mut candidates: Vec<Box<dyn Candidate>> = vec![
-        Box::new(Ours::<u16>::new(false)),
-        Box::new(Ours::<u16>::new(true)),
-        Box::new(Ours::<u8>::new(false)),
-        Box::new(CuckoofilterCrate::default()),
-        Box::new(ScalableCuckoo::default()),
-        Box::new(QuotientFilter::default()),
-    ];
-    if let Some(only) = &options.only {
-        candidates.retain(|candidate| candidate.name().contains(only.as_str()));
-    }
-    let names: Vec<String> = candidates.iter().map(|c| c.name()).collect();
+    let candidates: Vec<&Candidate> = CANDIDATES
+        .iter()
+        .filter(|candidate| {
+            options
+                .only
+                .as_ref()
+                .is_none_or(|only| candidate.name.contains(only.as_str()))
+        })
+        .collect();
+    let names: Vec<String> = candidates.iter().map(|c| c.name.to_string()).collect();
     for &items in &options.sizes {
         let keys = random_keys(items as u64, items);
         let absent = random_keys(u64::MAX - items as u64, items);
         let mut best = vec![Figures::default(); candidates.len()];
         for round in 1..=options.rounds {
             let mut figures = Vec::new();
-            for candidate in candidates.iter_mut() {
-                figures.push(one_pass(candidate.as_mut(), &keys, &absent));
+            for candidate in &candidates {
+                figures.push(one_pass(candidate, &keys, &absent));
             }
             print_table(&format!("round {round}"), items, &names, &figures);
             for (best, round) in best.iter_mut().zip(figures) {
