@@ -408,6 +408,8 @@ pub const BASELINE_LPM_MAP: &str = "BASELINE_LPM";
 pub const BASELINE_HASH_PROGRAM: &str = "baseline_hash";
 /// Name of the baseline program looking the address up in the LPM trie.
 pub const BASELINE_LPM_PROGRAM: &str = "baseline_lpm";
+/// Name of the parse-only baseline program (the per-packet floor).
+pub const BASELINE_PARSE_PROGRAM: &str = "baseline_parse";
 
 /// The exact hash map key of an IPv4 prefix: its length and masked address.
 #[inline(always)]
