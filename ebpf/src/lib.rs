@@ -277,8 +277,12 @@ pub struct FilterProfile {
     pub ipv4_lengths: [u8; MAX_PREFIX_LENGTHS],
     /// IPv6 prefix lengths with keys in the table, longest first.
     pub ipv6_lengths: [u8; MAX_PREFIX_LENGTHS],
-    /// Zero.
-    pub reserved: u32,
+    /// Families whose prefilter the program does not read
+    /// ([`prefilter::skip_bit`]): it probes every active length, as if
+    /// every bit were set. The loader sets a family's bit when the prefilter
+    /// would save too little to pay for its read
+    /// ([`prefilter::Prefilter::pays`]); zero reads both.
+    pub prefilter_skipped: u32,
 }
 
 impl FilterProfile {
@@ -404,6 +408,8 @@ pub const BASELINE_LPM_MAP: &str = "BASELINE_LPM";
 pub const BASELINE_HASH_PROGRAM: &str = "baseline_hash";
 /// Name of the baseline program looking the address up in the LPM trie.
 pub const BASELINE_LPM_PROGRAM: &str = "baseline_lpm";
+/// Name of the parse-only baseline program (the per-packet floor).
+pub const BASELINE_PARSE_PROGRAM: &str = "baseline_parse";
 
 /// The exact hash map key of an IPv4 prefix: its length and masked address.
 #[inline(always)]

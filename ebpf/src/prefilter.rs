@@ -25,6 +25,19 @@
 //! The functions here are the only definition of "which bit": the XDP
 //! program reads masks with [`Prefilter::ipv4_mask`] and
 //! [`Prefilter::ipv6_mask`], userspace marks keys with [`key_bits`].
+//!
+//! # When a prefilter does not pay
+//!
+//! The byte is one more memory read per packet, and under traffic from many
+//! sources it misses the cache like the filter's buckets do. It pays when
+//! it saves probes: a list of 10^6 random addresses marks every IPv4 /16
+//! block at its one length, so it never saves any. [`Prefilter::pays`]
+//! estimates the probes it saves per packet from addresses spread evenly
+//! over the blocks, and the loader records in the profile's
+//! `prefilter_skipped` the families where that is below
+//! [`MIN_SAVED_PROBES`]; the program then skips the read and probes every
+//! active length. The bits are kept exact either way, so skipping is only
+//! ever a matter of speed.
 
 use crate::MAX_PREFIX_LENGTHS;
 use filter_core::{AddressFamily, NetKey};
@@ -40,6 +53,18 @@ pub const PREFILTER_BLOCKS: usize = 1 << 16;
 pub const IPV4_BLOCK_LEN: u8 = 16;
 /// Prefix length of an IPv6 block.
 pub const IPV6_BLOCK_LEN: u8 = 32;
+
+/// Fewest probes per packet a prefilter must save to be read: a probe
+/// (hash, two bucket reads) costs several times the prefilter's one read.
+pub const MIN_SAVED_PROBES: f64 = 0.125;
+
+/// The bit of `family` in a profile's `prefilter_skipped`.
+pub const fn skip_bit(family: AddressFamily) -> u32 {
+    match family {
+        AddressFamily::Ipv4 => 1,
+        AddressFamily::Ipv6 => 2,
+    }
+}
 
 /// Fibonacci hashing: an odd multiplier (a bijection of `u32`) whose top
 /// bits mix every input bit.
@@ -141,6 +166,26 @@ impl Prefilter {
     pub fn set(&mut self, bit: PrefilterBit) {
         let index = block_index(bit.block);
         self.masks_mut(bit.family)[index] |= bit.mask();
+    }
+
+    /// Probes per packet the family's bytes save, for addresses spread
+    /// evenly over the blocks, when `length_count` lengths are active: the
+    /// lengths whose bits are clear, averaged over the blocks.
+    pub fn saved_probes(&self, family: AddressFamily, length_count: u32) -> f64 {
+        let active = length_count.min(MAX_PREFIX_LENGTHS as u32);
+        let active_bits = (1u32 << active) - 1;
+        let probed: u64 = self
+            .masks(family)
+            .iter()
+            .map(|&mask| u64::from((u32::from(mask) & active_bits).count_ones()))
+            .sum();
+        f64::from(active) - probed as f64 / PREFILTER_BLOCKS as f64
+    }
+
+    /// Whether reading the family's bytes saves at least
+    /// [`MIN_SAVED_PROBES`] per packet (see the module documentation).
+    pub fn pays(&self, family: AddressFamily, length_count: u32) -> bool {
+        self.saved_probes(family, length_count) >= MIN_SAVED_PROBES
     }
 
     /// Marks every block `key` overlaps at its length's position in

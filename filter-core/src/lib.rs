@@ -4,7 +4,9 @@
 //! * [`CuckooFilter`]: a cuckoo filter (Fan et al., 2014) generic in its
 //!   fingerprint type (`u8`, `u16`, `u32`), slots per bucket (1, 2, 4, 8)
 //!   and storage; [`StaticCuckooFilter`] is the `const fn`-built array
-//!   version that can live in a `static`.
+//!   version that can live in a `static`. Its probes load both candidate
+//!   buckets, then compare them branch-free; [`batch`] looks up many keys
+//!   with their cache misses overlapping.
 //! * [`BloomFilter`] and [`CountingBloomFilter`] (4-bit sticky counters),
 //!   likewise over any word storage, with `Static…` array versions.
 //! * [`KeyedHasher`] and [`NetKey`]: the seeded hash, for any `Hash` item
@@ -34,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod bloom;
 pub mod cuckoo;
 pub mod fingerprint;
@@ -45,7 +48,9 @@ pub mod netkey;
 pub mod protocol;
 pub mod sizing;
 pub mod snapshot;
+mod swar;
 
+pub use batch::ContainsMany;
 pub use bloom::{
     BloomFilter, CountingBloomFilter, PackedBloom, RemoveError, StaticBloomFilter,
     StaticCountingBloomFilter,

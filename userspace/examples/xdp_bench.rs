@@ -1,42 +1,61 @@
 //! Benchmark of the XDP blocklist against an exact BPF hash map program and
-//! a BPF LPM trie program on the same entries: nanoseconds per packet
-//! (BPF_PROG_TEST_RUN, 10^6 repetitions per frame) and locked map memory
-//! per entry, for 10^3, 10^6 and 1.6*10^7 IPv4 addresses and for the FireHOL
-//! level 1 list. Frames come from addresses drawn at random: listed ones
-//! (hits), unlisted ones (misses), and unlisted ones in a block the
-//! filter's prefilter marks (misses that probe). The filter runs twice: with
-//! its block prefilter, and with every prefilter bit set (no early exit).
-//! Prints a markdown table. Needs root.
+//! a BPF LPM trie program on the same entries, two ways:
+//!
+//! * **hot** (BPF_PROG_TEST_RUN, 10^6 repetitions per frame): nanoseconds
+//!   per packet and locked map memory per entry, for 10^3, 10^6 and
+//!   1.6*10^7 IPv4 addresses and for the FireHOL level 1 list. Frames come
+//!   from addresses drawn at random: listed ones (hits), unlisted ones
+//!   (misses), and unlisted ones in a block the filter's prefilter marks
+//!   (misses that probe). The filter runs twice: with its block prefilter
+//!   as the loader configures it, and with every prefilter bit set. One
+//!   frame repeated keeps every cache warm.
+//! * **diverse traffic**: 200,000 frames from as many different sources,
+//!   half of them listed, sent twice from the peer end of a veth pair (in a
+//!   network namespace of its own) to the host end, where each program in
+//!   turn is attached in native mode. The cost per packet is the kernel's
+//!   own run-time statistics (`run_time_ns / run_cnt` over the run, kept on
+//!   only while the benchmark holds them on). A parse-only program gives
+//!   the floor. For 10^6 and 1.6*10^7 addresses and FireHOL level 1.
+//!
+//! The frames carry a destination MAC address that is not the host end's,
+//! so whatever a program passes is dropped by the host's stack unrouted.
+//! Prints markdown tables. Needs root.
 //!
 //! `cargo run -p userspace --release --example xdp_bench [-- NETSET_FILE]`
 //! (default: ../shared/data/blocklists/firehol_level1.netset from the
 //! repository root).
 
+use std::collections::HashSet;
+use std::fs::File;
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aya::maps::lpm_trie::Key;
 use aya::maps::{HashMap, LpmTrie, Map, MapData};
-use aya::programs::Xdp;
+use aya::programs::{loaded_programs, Xdp, XdpMode};
+use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfLoader};
 use blocklist_ebpf::prefilter::Prefilter;
 use blocklist_ebpf::{
     baseline_hash_key, BaselineLengths, FilterShape, BASELINE_HASH_MAP, BASELINE_HASH_PROGRAM,
-    BASELINE_LENGTHS_MAP, BASELINE_LPM_MAP, BASELINE_LPM_PROGRAM, MAX_PREFIX_LENGTHS,
+    BASELINE_LENGTHS_MAP, BASELINE_LPM_MAP, BASELINE_LPM_PROGRAM, BASELINE_PARSE_PROGRAM,
+    MAX_PREFIX_LENGTHS,
 };
 use etherparse::PacketBuilder;
 use filter_core::NetKey;
 use ipnet::{IpNet, Ipv4Net};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use userspace::plan::{KeyPlan, PlanLimits};
 use userspace::xdp::mapped::MappedValue;
 use userspace::xdp::test_run::{run_xdp, TestRun, XdpAction};
-use userspace::xdp::{Blocklist, LoadOptions};
+use userspace::xdp::{AttachMode, Blocklist, LoadOptions};
 
 static BASELINES_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baselines"));
@@ -45,6 +64,10 @@ const REPEAT: u32 = 1_000_000;
 const FRAMES_PER_CASE: usize = 32;
 /// Random draws allowed to find the frames of one case.
 const MAX_DRAWS: usize = 1 << 26;
+/// Distinct sources of the diverse traffic, half of them listed.
+const DIVERSE_SOURCES: usize = 200_000;
+/// Times the diverse traffic is sent.
+const DIVERSE_PASSES: usize = 2;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -57,6 +80,16 @@ struct Dataset {
     /// Most prefix lengths probed per packet.
     probe_budget: usize,
     cidrs: Vec<Ipv4Net>,
+    /// Which baselines run under diverse traffic too (none: the dataset is
+    /// measured hot only).
+    diverse: Option<Baselines>,
+}
+
+/// The baselines measured beside the filter under diverse traffic.
+#[derive(Clone, Copy)]
+struct Baselines {
+    hash: bool,
+    lpm: bool,
 }
 
 /// The source addresses of one dataset's frames, drawn at random.
@@ -113,17 +146,22 @@ fn distinct_address(index: u32) -> Ipv4Addr {
     Ipv4Addr::from(index.wrapping_mul(0x9e37_79b1))
 }
 
-fn address_dataset(count: u32) -> Dataset {
+fn address_dataset(count: u32, diverse: Option<Baselines>) -> Dataset {
     Dataset {
         name: format!("{count} IPv4 addresses"),
         probe_budget: MAX_PREFIX_LENGTHS,
         cidrs: (0..count)
             .map(|index| Ipv4Net::from(distinct_address(index)))
             .collect(),
+        diverse,
     }
 }
 
-fn netset_dataset(path: &PathBuf, probe_budget: usize) -> BenchResult<Dataset> {
+fn netset_dataset(
+    path: &PathBuf,
+    probe_budget: usize,
+    diverse: Option<Baselines>,
+) -> BenchResult<Dataset> {
     let text =
         std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
     let mut cidrs = Vec::new();
@@ -153,10 +191,12 @@ fn netset_dataset(path: &PathBuf, probe_budget: usize) -> BenchResult<Dataset> {
         ),
         probe_budget,
         cidrs,
+        diverse,
     })
 }
 
-/// A 64-byte UDP frame from `source`.
+/// A 64-byte UDP frame from `source` (to a MAC address no interface here
+/// has).
 fn frame(source: Ipv4Addr) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(source.octets(), [198, 18, 0, 1], 64)
@@ -167,6 +207,251 @@ fn frame(source: Ipv4Addr) -> Vec<u8> {
         .write(&mut frame, &payload)
         .expect("writing to a Vec");
     frame
+}
+
+/// A veth pair whose peer end sits in a network namespace of its own: the
+/// programs run on the host end, the diverse traffic is sent from the peer
+/// end. Drop deletes the namespace, which deletes the pair.
+struct TrafficLink {
+    namespace: String,
+    host: String,
+    peer: String,
+    host_index: u32,
+}
+
+fn ip(args: &[&str]) -> BenchResult<()> {
+    let output = Command::new("ip").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(())
+}
+
+impl TrafficLink {
+    fn new() -> BenchResult<Self> {
+        let tag = std::process::id() % 100_000;
+        // Drop cleans up whatever of this was made, on any early return.
+        let mut link = TrafficLink {
+            namespace: format!("cfxdpbench{tag}"),
+            host: format!("cfbh{tag}"),
+            peer: format!("cfbp{tag}"),
+            host_index: 0,
+        };
+        ip(&["netns", "add", &link.namespace])?;
+        ip(&[
+            "link",
+            "add",
+            &link.host,
+            "address",
+            "02:cf:be:00:00:01",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &link.peer,
+            "netns",
+            &link.namespace,
+        ])?;
+        ip(&["link", "set", &link.host, "up"])?;
+        ip(&["-n", &link.namespace, "link", "set", &link.peer, "up"])?;
+        let name = std::ffi::CString::new(link.host.as_str())?;
+        // SAFETY: a valid NUL-terminated name.
+        link.host_index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if link.host_index == 0 {
+            return Err(format!("no interface {}", link.host).into());
+        }
+        Ok(link)
+    }
+
+    /// Sends every frame once from the peer end; returns how many went out.
+    fn send(&self, frames: &[Vec<u8>]) -> BenchResult<usize> {
+        let namespace = File::open(format!("/run/netns/{}", self.namespace))?;
+        let peer = std::ffi::CString::new(self.peer.as_str())?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| send_from_namespace(&namespace, &peer, frames))
+                .join()
+                .map_err(|_| "the sending thread panicked")?
+                .map_err(Into::into)
+        })
+    }
+
+    /// The id of the XDP program attached to the host end.
+    fn attached_program(&self) -> BenchResult<u32> {
+        let output = Command::new("ip")
+            .args(["-j", "link", "show", "dev", &self.host])
+            .output()?;
+        let links: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        links[0]["xdp"]["prog"]["id"]
+            .as_u64()
+            .map(|id| id as u32)
+            .ok_or_else(|| format!("no XDP program on {}", self.host).into())
+    }
+
+    /// ns per packet of the program attached to the host end over
+    /// [`DIVERSE_PASSES`] sends of `frames`, from the kernel's run-time
+    /// statistics (which must be on).
+    fn cost(&self, frames: &[Vec<u8>]) -> BenchResult<DiverseCost> {
+        let id = self.attached_program()?;
+        // Run-time statistics cost every program run some time: on only
+        // while this holds the descriptor.
+        let _statistics = enable_stats(Stats::RunTime)?;
+        let before = run_statistics(id)?;
+        let mut sent = 0;
+        for _ in 0..DIVERSE_PASSES {
+            sent += self.send(frames)?;
+        }
+        // Let the receiving side drain its queue.
+        std::thread::sleep(Duration::from_millis(50));
+        let after = run_statistics(id)?;
+        let packets = after.1 - before.1;
+        if packets == 0 {
+            return Err(format!("program {id} saw none of {sent} frames").into());
+        }
+        Ok(DiverseCost {
+            ns: (after.0 - before.0) as f64 / packets as f64,
+            packets,
+            sent,
+        })
+    }
+}
+
+impl Drop for TrafficLink {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.namespace]);
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host])
+            .output();
+    }
+}
+
+/// Runs in a thread of its own: joins the namespace, opens a raw packet
+/// socket on `peer` and sends each frame once.
+fn send_from_namespace(
+    namespace: &File,
+    peer: &std::ffi::CStr,
+    frames: &[Vec<u8>],
+) -> std::io::Result<usize> {
+    // SAFETY: plain syscalls on valid descriptors, a NUL-terminated name
+    // and a zeroed, then filled, socket address; setns changes only this
+    // thread's network namespace.
+    unsafe {
+        if libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let index = libc::if_nametoindex(peer.as_ptr());
+        let socket = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        if index == 0 || socket < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut address: libc::sockaddr_ll = std::mem::zeroed();
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_ifindex = index as i32;
+        address.sll_halen = 6;
+        let mut sent = 0;
+        for frame in frames {
+            let result = libc::sendto(
+                socket,
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&raw const address).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            sent += usize::from(result == frame.len() as isize);
+        }
+        libc::close(socket);
+        Ok(sent)
+    }
+}
+
+/// `(run_time_ns, run_cnt)` of program `id`.
+fn run_statistics(id: u32) -> BenchResult<(u64, u64)> {
+    for info in loaded_programs() {
+        let info = info?;
+        if info.id() == id {
+            return Ok((info.run_time().as_nanos() as u64, info.run_count()));
+        }
+    }
+    Err(format!("no program {id}").into())
+}
+
+/// One program's cost under diverse traffic.
+#[derive(Clone, Copy)]
+struct DiverseCost {
+    ns: f64,
+    /// Packets the program ran on.
+    packets: u64,
+    /// Frames sent.
+    sent: usize,
+}
+
+/// The traffic a dataset is measured under, and where it is sent.
+struct DiverseTraffic<'a> {
+    link: &'a TrafficLink,
+    frames: Vec<Vec<u8>>,
+}
+
+impl<'a> DiverseTraffic<'a> {
+    /// [`DIVERSE_SOURCES`] distinct sources in random order, half inside a
+    /// random entry, half unlisted.
+    fn draw(
+        link: &'a TrafficLink,
+        dataset: &Dataset,
+        plan: &KeyPlan,
+        rng: &mut StdRng,
+    ) -> BenchResult<Self> {
+        let mut seen = HashSet::new();
+        let mut listed = Vec::new();
+        for _ in 0..MAX_DRAWS {
+            if listed.len() == DIVERSE_SOURCES / 2 {
+                break;
+            }
+            let cidr = dataset.cidrs[rng.random_range(0..dataset.cidrs.len())];
+            let host_mask = u32::MAX.checked_shr(cidr.prefix_len().into()).unwrap_or(0);
+            let address =
+                Ipv4Addr::from(u32::from(cidr.network()) | (rng.random::<u32>() & host_mask));
+            if seen.insert(address) {
+                listed.push(address);
+            }
+        }
+        if listed.len() < DIVERSE_SOURCES / 2 {
+            return Err(format!("{}: too few distinct listed addresses", dataset.name).into());
+        }
+        let mut sources = listed;
+        while sources.len() < DIVERSE_SOURCES {
+            let address = Ipv4Addr::from(rng.random::<u32>());
+            if plan.covering_entries(IpAddr::V4(address)).is_empty() && seen.insert(address) {
+                sources.push(address);
+            }
+        }
+        sources.shuffle(rng);
+        Ok(Self {
+            link,
+            frames: sources.into_iter().map(frame).collect(),
+        })
+    }
+
+    /// The cost of `xdp`, attached for the measurement only.
+    fn cost_of(&self, xdp: &mut Xdp) -> BenchResult<DiverseCost> {
+        let attachment = xdp.attach_to_if_index(self.link.host_index, XdpMode::Driver)?;
+        let cost = self.link.cost(&self.frames);
+        xdp.detach(attachment)?;
+        cost
+    }
+
+    /// The cost of the blocklist, attached for the measurement only.
+    fn cost_of_blocklist(&self, blocklist: &mut Blocklist) -> BenchResult<DiverseCost> {
+        let attachment = blocklist.attach(self.link.host_index, AttachMode::Native)?;
+        let cost = self.link.cost(&self.frames);
+        blocklist.detach(attachment)?;
+        cost
+    }
 }
 
 /// Mean ns per packet over the frames, and how many got `expected`.
@@ -249,11 +534,17 @@ struct Row {
     fill_seconds: f64,
     timings: Timings,
     bytes: u64,
+    /// Under diverse traffic, if measured.
+    diverse: Option<DiverseCost>,
 }
 
-/// The filter of `plan` with its prefilter, then with every prefilter bit
-/// set.
-fn bench_filter(plan: &KeyPlan, frames: &Frames) -> BenchResult<[Row; 2]> {
+/// The filter of `plan` with its prefilter as the loader configures it
+/// (also under diverse traffic), then with every prefilter bit set.
+fn bench_filter(
+    plan: &KeyPlan,
+    frames: &Frames,
+    traffic: Option<&DiverseTraffic>,
+) -> BenchResult<[Row; 2]> {
     let keys = plan.key_count();
     let options =
         LoadOptions::for_capacity(FilterShape::Fingerprint16, keys).ok_or("filter too large")?;
@@ -268,6 +559,9 @@ fn bench_filter(plan: &KeyPlan, frames: &Frames) -> BenchResult<[Row; 2]> {
         };
         measure_all(&run, frames)?
     };
+    let diverse = traffic
+        .map(|traffic| traffic.cost_of_blocklist(&mut blocklist))
+        .transpose()?;
     let maps = blocklist.maps_mut();
     let (profile, table) = (maps.live_profile(), maps.live_table_map()?);
     maps.install(&table, &profile, &Box::new(Prefilter::FULL))?;
@@ -281,6 +575,7 @@ fn bench_filter(plan: &KeyPlan, frames: &Frames) -> BenchResult<[Row; 2]> {
             fill_seconds,
             timings: with_prefilter,
             bytes,
+            diverse,
         },
         Row {
             program: "cuckoo filter, every prefilter bit set",
@@ -288,6 +583,7 @@ fn bench_filter(plan: &KeyPlan, frames: &Frames) -> BenchResult<[Row; 2]> {
             fill_seconds,
             timings: without_prefilter,
             bytes,
+            diverse: None,
         },
     ])
 }
@@ -312,7 +608,34 @@ fn baseline_runner<'a>(ebpf: &'a Ebpf, program: &str) -> BenchResult<Box<Runner<
     }))
 }
 
-fn bench_hash(keys: &[NetKey], lengths: &[u8], frames: &Frames) -> BenchResult<Row> {
+fn diverse_cost_of(
+    ebpf: &mut Ebpf,
+    program: &str,
+    traffic: Option<&DiverseTraffic>,
+) -> BenchResult<Option<DiverseCost>> {
+    let Some(traffic) = traffic else {
+        return Ok(None);
+    };
+    let xdp: &mut Xdp = ebpf
+        .program_mut(program)
+        .ok_or("missing program")?
+        .try_into()?;
+    traffic.cost_of(xdp).map(Some)
+}
+
+/// The parse-only program under the traffic: the floor.
+fn diverse_floor(traffic: &DiverseTraffic) -> BenchResult<DiverseCost> {
+    let mut ebpf = load_baseline(BASELINE_PARSE_PROGRAM, BASELINE_LPM_MAP, 1)?;
+    diverse_cost_of(&mut ebpf, BASELINE_PARSE_PROGRAM, Some(traffic))?
+        .ok_or_else(|| "no floor".into())
+}
+
+fn bench_hash(
+    keys: &[NetKey],
+    lengths: &[u8],
+    frames: &Frames,
+    traffic: Option<&DiverseTraffic>,
+) -> BenchResult<Row> {
     let mut ebpf = load_baseline(BASELINE_HASH_PROGRAM, BASELINE_HASH_MAP, keys.len() as u32)?;
     let lengths_map = match ebpf.map(BASELINE_LENGTHS_MAP) {
         Some(Map::Array(data)) => MappedValue::<BaselineLengths>::new(data.fd().as_fd())?,
@@ -340,17 +663,22 @@ fn bench_hash(keys: &[NetKey], lengths: &[u8], frames: &Frames) -> BenchResult<R
         }
     }
     let fill_seconds = start.elapsed().as_secs_f64();
-    let run = baseline_runner(&ebpf, BASELINE_HASH_PROGRAM)?;
+    let timings = measure_all(&*baseline_runner(&ebpf, BASELINE_HASH_PROGRAM)?, frames)?;
     Ok(Row {
         program: "BPF hash map",
         keys: keys.len(),
         fill_seconds,
-        timings: measure_all(&run, frames)?,
+        timings,
         bytes: memlock(map_data(&ebpf, BASELINE_HASH_MAP)?)?,
+        diverse: diverse_cost_of(&mut ebpf, BASELINE_HASH_PROGRAM, traffic)?,
     })
 }
 
-fn bench_lpm(dataset: &Dataset, frames: &Frames) -> BenchResult<Row> {
+fn bench_lpm(
+    dataset: &Dataset,
+    frames: &Frames,
+    traffic: Option<&DiverseTraffic>,
+) -> BenchResult<Row> {
     let mut ebpf = load_baseline(
         BASELINE_LPM_PROGRAM,
         BASELINE_LPM_MAP,
@@ -370,13 +698,14 @@ fn bench_lpm(dataset: &Dataset, frames: &Frames) -> BenchResult<Row> {
         }
     }
     let fill_seconds = start.elapsed().as_secs_f64();
-    let run = baseline_runner(&ebpf, BASELINE_LPM_PROGRAM)?;
+    let timings = measure_all(&*baseline_runner(&ebpf, BASELINE_LPM_PROGRAM)?, frames)?;
     Ok(Row {
         program: "BPF LPM trie",
         keys: dataset.cidrs.len(),
         fill_seconds,
-        timings: measure_all(&run, frames)?,
+        timings,
         bytes: memlock(map_data(&ebpf, BASELINE_LPM_MAP)?)?,
+        diverse: diverse_cost_of(&mut ebpf, BASELINE_LPM_PROGRAM, traffic)?,
     })
 }
 
@@ -404,13 +733,29 @@ fn main() -> BenchResult<()> {
         },
         PathBuf::from,
     );
+    let both = Baselines {
+        hash: true,
+        lpm: true,
+    };
     let datasets = [
-        address_dataset(1_000),
-        address_dataset(1_000_000),
-        address_dataset(16_000_000),
-        netset_dataset(&netset, MAX_PREFIX_LENGTHS)?,
-        netset_dataset(&netset, 4)?,
+        address_dataset(1_000, None),
+        address_dataset(1_000_000, Some(both)),
+        // A trie of 1.6*10^7 entries takes too long to fill to be worth it.
+        address_dataset(16_000_000, Some(Baselines { lpm: false, ..both })),
+        // A hash map of a CIDR list is the hot table's exact probe per
+        // length: the trie is the program to beat.
+        netset_dataset(
+            &netset,
+            MAX_PREFIX_LENGTHS,
+            Some(Baselines {
+                hash: false,
+                ..both
+            }),
+        )?,
+        netset_dataset(&netset, 4, None)?,
     ];
+    let link = TrafficLink::new()?;
+    let mut diverse_rows = Vec::new();
     println!("| entries | program | keys | fill s | hit ns | miss ns | marked-block miss ns | hit - floor | miss - floor | marked-block miss - floor | locked bytes | bytes/entry | wrong verdicts |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rng = StdRng::seed_from_u64(0x0b0e_5eed);
@@ -425,13 +770,26 @@ fn main() -> BenchResult<()> {
         let mut lengths = plan.lengths().ipv4().to_vec();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
         let frames = Frames::draw(dataset, &plan, &mut rng)?;
-        let [filter, unfiltered] = bench_filter(&plan, &frames)?;
+        let traffic = dataset
+            .diverse
+            .map(|_| DiverseTraffic::draw(&link, dataset, &plan, &mut rng))
+            .transpose()?;
+        let only_if = |wanted: fn(Baselines) -> bool| {
+            traffic
+                .as_ref()
+                .filter(|_| dataset.diverse.is_some_and(wanted))
+        };
+        let floor_cost = traffic.as_ref().map(diverse_floor).transpose()?;
+        let [filter, unfiltered] = bench_filter(&plan, &frames, traffic.as_ref())?;
         let rows = [
             filter,
             unfiltered,
-            bench_hash(&keys, &lengths, &frames)?,
-            bench_lpm(dataset, &frames)?,
+            bench_hash(&keys, &lengths, &frames, only_if(|b| b.hash))?,
+            bench_lpm(dataset, &frames, only_if(|b| b.lpm))?,
         ];
+        if let Some(floor_cost) = floor_cost {
+            diverse_rows.push((dataset.name.clone(), floor_cost, diverse_summary(&rows)));
+        }
         for row in rows {
             let timings = &row.timings;
             println!(
@@ -466,5 +824,61 @@ fn main() -> BenchResult<()> {
             mean_probes(&plan, &frames.marked_misses),
         );
     }
+    print_diverse_table(&diverse_rows, floor);
     Ok(())
+}
+
+/// A program's hot and diverse-traffic figures, for the second table.
+struct DiverseSummary {
+    program: &'static str,
+    hot_hit_ns: f64,
+    hot_miss_ns: f64,
+    cost: DiverseCost,
+}
+
+fn diverse_summary(rows: &[Row]) -> Vec<DiverseSummary> {
+    rows.iter()
+        .filter_map(|row| {
+            row.diverse.map(|cost| DiverseSummary {
+                program: row.program,
+                hot_hit_ns: row.timings.hit_ns,
+                hot_miss_ns: row.timings.miss_ns,
+                cost,
+            })
+        })
+        .collect()
+}
+
+/// Hot (test-run) and diverse-traffic cost side by side, each program's
+/// diverse cost above the floor as a ratio to the baselines'.
+fn print_diverse_table(rows: &[(String, DiverseCost, Vec<DiverseSummary>)], hot_floor: f64) {
+    println!(
+        "\nDiverse traffic: {DIVERSE_SOURCES} sources (half listed), sent {DIVERSE_PASSES} times; \
+         hot floor {hot_floor:.0} ns\n"
+    );
+    println!("| entries | program | hot hit / miss ns | diverse ns | diverse - floor | filter / program, above floor | packets run / sent |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (dataset, floor, programs) in rows {
+        let above = |cost: &DiverseCost| cost.ns - floor.ns;
+        let filter = programs.first().map(|summary| above(&summary.cost));
+        println!(
+            "| {dataset} | parse-only floor | - | {:.0} | 0 | - | {} / {} |",
+            floor.ns, floor.packets, floor.sent
+        );
+        for summary in programs {
+            let ratio = filter.map_or("-".into(), |filter| {
+                format!("{:.2}", filter / above(&summary.cost))
+            });
+            println!(
+                "| {dataset} | {} | {:.1} / {:.1} | {:.0} | {:.0} | {ratio} | {} / {} |",
+                summary.program,
+                summary.hot_hit_ns,
+                summary.hot_miss_ns,
+                summary.cost.ns,
+                above(&summary.cost),
+                summary.cost.packets,
+                summary.cost.sent,
+            );
+        }
+    }
 }

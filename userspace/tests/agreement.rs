@@ -12,6 +12,7 @@ use std::path::Path;
 
 use std::collections::HashSet;
 
+use blocklist_ebpf::prefilter::skip_bit;
 use common::{blocklist_with, net_key, udp_frame, Tags, SEED};
 use filter_core::layout::locate;
 use filter_core::{AddressFamily, CuckooFilter, Fingerprint, KeyHash, NetKey};
@@ -21,7 +22,8 @@ use rand::{Rng, SeedableRng};
 use userspace::plan::{ActiveLengths, KeyPlan, PlanLimits};
 use userspace::xdp::maps::filter_profile;
 use userspace::xdp::test_run::XdpAction;
-use userspace::xdp::{Blocklist, FilterTable};
+use userspace::xdp::{Blocklist, FilterTable, LoadOptions};
+use userspace::FilterShape;
 
 /// One `net:` row of filter-core/tests/vectors.csv.
 struct Vector {
@@ -218,10 +220,17 @@ fn random_keys(rng: &mut StdRng, count: usize) -> Vec<NetKey> {
     keys
 }
 
-/// filter-core's answer for `address` on the live table: listed at any of
-/// the live profile's lengths.
-/// Whether filter-core finds `address` at one of the active lengths whose
-/// bits are set in `marked_lengths`, the prefilter byte of its block.
+fn family_of(address: IpAddr) -> AddressFamily {
+    match address {
+        IpAddr::V4(_) => AddressFamily::Ipv4,
+        IpAddr::V6(_) => AddressFamily::Ipv6,
+    }
+}
+
+/// Whether filter-core finds `address` on the live table at one of the
+/// active lengths whose bits are set in `marked_lengths`, the prefilter
+/// byte of its block, or at any active length when the live profile skips
+/// the family's prefilter.
 fn core_says_listed(
     blocklist: &Blocklist,
     filter: &CuckooFilter<u16, 4, FilterTable<u16, 4>>,
@@ -229,9 +238,11 @@ fn core_says_listed(
     address: IpAddr,
 ) -> bool {
     let profile = blocklist.maps().live_profile();
-    let family = match address {
-        IpAddr::V4(_) => AddressFamily::Ipv4,
-        IpAddr::V6(_) => AddressFamily::Ipv6,
+    let family = family_of(address);
+    let marked_lengths = if profile.prefilter_skipped & skip_bit(family) != 0 {
+        u8::MAX
+    } else {
+        marked_lengths
     };
     (0..).zip(profile.lengths(family)).any(|(position, &len)| {
         marked_lengths & 1 << position != 0
@@ -349,6 +360,62 @@ fn verdicts_agree_with_filter_core_on_100000_addresses() {
         unmarked > 10_000,
         "many random addresses stop at the prefilter ({unmarked})"
     );
+    assert_eq!(
+        blocklist.maps().live_profile().prefilter_skipped,
+        0,
+        "a prefilter that stops most addresses is read"
+    );
+}
+
+#[test]
+fn verdicts_agree_when_the_prefilter_marks_every_block_and_is_skipped() {
+    // 200,000 random addresses leave about 5% of the IPv4 /16 blocks
+    // unmarked: the prefilter would save 0.05 probes a packet, so the
+    // loader tells the program not to read it.
+    let mut rng = StdRng::seed_from_u64(13);
+    let keys: Vec<NetKey> = (0..200_000)
+        .map(|_| net_key(IpAddr::V4(Ipv4Addr::from(rng.random::<u32>())), 32))
+        .collect();
+    let plan = KeyPlan::build(nets_of(&keys), PlanLimits::default()).expect("a plan");
+    let options = LoadOptions {
+        seed: SEED,
+        bucket_count: 1 << 16,
+        ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
+    };
+    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    blocklist
+        .live()
+        .install(&plan, SEED)
+        .expect("installing the plan");
+    let profile = blocklist.maps().live_profile();
+    assert_ne!(
+        profile.prefilter_skipped & skip_bit(AddressFamily::Ipv4),
+        0,
+        "the IPv4 prefilter saves {:.3} probes a packet and is skipped",
+        plan.prefilter()
+            .saved_probes(AddressFamily::Ipv4, profile.ipv4_length_count)
+    );
+    let table = blocklist
+        .maps_mut()
+        .live_table::<u16, 4>()
+        .expect("the live table");
+    let filter = CuckooFilter::<u16, 4, _>::with_storage(table, SEED).expect("a valid table");
+    for round in 0..20_000 {
+        let address = if round % 2 == 0 {
+            IpAddr::V4(Ipv4Addr::from(
+                keys[rng.random_range(0..keys.len())].words()[1] as u32,
+            ))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(rng.random::<u32>()))
+        };
+        let expected = core_says_listed(&blocklist, &filter, plan.prefilter_mask(address), address);
+        assert!(expected || round % 2 == 1, "{address} is listed");
+        assert_eq!(
+            xdp_says_listed(&blocklist, address),
+            expected,
+            "verdict for {address}"
+        );
+    }
 }
 
 #[test]

@@ -5,9 +5,11 @@
 //!   keys, probed once per active prefix length, longest first, the way the
 //!   filter is (for plain address lists that is one probe of a hash map of
 //!   addresses, the aya book's blocklist);
-//! * `baseline_lpm`: one lookup in a BPF LPM trie of the CIDRs.
+//! * `baseline_lpm`: one lookup in a BPF LPM trie of the CIDRs;
+//! * `baseline_parse`: the parsing alone, no lookup: the floor under the
+//!   others.
 //!
-//! Both drop on a match and pass everything else; they count nothing.
+//! They drop on a match and pass everything else; they count nothing.
 #![no_std]
 #![no_main]
 
@@ -67,6 +69,16 @@ pub fn baseline_lpm(ctx: XdpContext) -> u32 {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
+    }
+}
+
+#[xdp]
+pub fn baseline_parse(ctx: XdpContext) -> u32 {
+    match parse(&ctx, Direction::Source) {
+        // A use of the address, so the parsing is not optimized away; no
+        // benchmark frame comes from 0.0.0.0.
+        Frame::Ipv4(0) => xdp_action::XDP_DROP,
+        _ => xdp_action::XDP_PASS,
     }
 }
 

@@ -4,13 +4,17 @@
 //! One program per [`FilterShape`] (`blocklist_fp8`, `_fp16`, `_fp32`), all
 //! the same generic code; the loader loads the one it needs. The filter is
 //! probed with `filter-core`'s own code: [`NetKey`] for the key and its
-//! hash, [`locate`] for the fingerprint and buckets, [`bucket_contains`] on
-//! a bucket copied out of map memory. `locate_key` is a test-only program
+//! hash, [`locate`] for the fingerprint and buckets, [`buckets_contain`] on
+//! both buckets copied out of map memory. `locate_key` is a test-only program
 //! that reports what that code computes for a packet.
 //!
 //! Before the first probe, the live profile's [`Prefilter`] gives the active
 //! prefix lengths that have keys in the address's coarse block: the filter
-//! is probed at those only, and not at all when there are none.
+//! is probed at those only, and not at all when there are none. A profile
+//! whose prefilter would save too little (every block marked) has the
+//! family in `prefilter_skipped`, and the program probes every active
+//! length without reading it. Each probe reads both buckets before
+//! comparing either, so their cache misses overlap.
 //!
 //! Decision, for an IP packet and its matched address:
 //! * deny policy: listed in the filter at any active prefix length ->
@@ -31,14 +35,14 @@ use aya_ebpf::{
 use blocklist_ebpf::{
     counter_index,
     packet::{frame_len, parse, Direction, Frame, Ipv6Address},
-    prefilter::Prefilter,
+    prefilter::{skip_bit, Prefilter},
     Config, Counter, Family, FilterProfile, LocateReport, MalformedAction, Mode, Outcome, Policy,
     COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, MAX_PREFIX_LENGTHS,
     PROFILE_COUNT,
 };
 use filter_core::{
-    layout::{bucket_contains, locate},
-    Fingerprint, NetKey,
+    layout::{buckets_contain, locate},
+    AddressFamily, Fingerprint, NetKey,
 };
 
 /// A filter table: element `i` is bucket `i`. The loader replaces the outer
@@ -262,17 +266,23 @@ fn listed<F: Fingerprint, const S: usize>(
     address: Address,
 ) -> bool {
     let index = active_index(config);
-    let Some(prefilter) = PREFILTERS.get(index) else {
-        return false;
-    };
+    let profile = &config.profiles[index as usize];
+    let skipped = read(&profile.prefilter_skipped);
     let marked_lengths = match address {
-        Address::V4(address) => prefilter.ipv4_mask(address),
-        Address::V6(address) => prefilter.ipv6_mask(address.high),
+        Address::V4(_) if skipped & skip_bit(AddressFamily::Ipv4) != 0 => u8::MAX,
+        Address::V6(_) if skipped & skip_bit(AddressFamily::Ipv6) != 0 => u8::MAX,
+        Address::V4(address) => match PREFILTERS.get(index) {
+            Some(prefilter) => prefilter.ipv4_mask(address),
+            None => return false,
+        },
+        Address::V6(address) => match PREFILTERS.get(index) {
+            Some(prefilter) => prefilter.ipv6_mask(address.high),
+            None => return false,
+        },
     };
     if marked_lengths == 0 {
         return false;
     }
-    let profile = &config.profiles[index as usize];
     let Some(table) = tables.get(index) else {
         return false;
     };
@@ -298,24 +308,24 @@ fn listed<F: Fingerprint, const S: usize>(
             continue;
         };
         let location = locate::<F>(key.hash(seed), mask);
-        if bucket_holds(table, location.primary, location.fingerprint)
-            || bucket_holds(table, location.alternate, location.fingerprint)
-        {
+        // Both buckets are read before either is compared, so their cache
+        // misses overlap, and compared with no branch between them.
+        let primary = read_bucket(table, location.primary);
+        let alternate = read_bucket(table, location.alternate);
+        if buckets_contain(&primary, &alternate, location.fingerprint) {
             return true;
         }
     }
     false
 }
 
+/// Bucket `index` of `table`, read once; an index out of range (never, the
+/// mask keeps it in) reads as an empty bucket.
 #[inline(always)]
-fn bucket_holds<F: Fingerprint, const S: usize>(
-    table: &Table<F, S>,
-    index: usize,
-    fingerprint: F,
-) -> bool {
+fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize) -> [F; S] {
     match table.get(index as u32) {
-        Some(bucket) => bucket_contains(&read(bucket), fingerprint),
-        None => false,
+        Some(bucket) => read(bucket),
+        None => [F::EMPTY; S],
     }
 }
 

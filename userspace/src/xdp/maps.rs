@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use aya::maps::{ArrayOfMaps, Map, MapData, MapError, PerCpuArray};
 use aya::Ebpf;
-use blocklist_ebpf::prefilter::Prefilter;
+use blocklist_ebpf::prefilter::{skip_bit, Prefilter};
 use blocklist_ebpf::{
     counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
     Outcome, Policy, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
@@ -68,8 +68,24 @@ pub fn filter_profile(
         ipv6_length_count,
         ipv4_lengths,
         ipv6_lengths,
-        reserved: 0,
+        prefilter_skipped: 0,
     })
+}
+
+/// `profile` with `prefilter_skipped` set for the families whose
+/// prefilter does not pay for its read ([`Prefilter::pays`]).
+fn with_prefilter_decision(profile: &FilterProfile, prefilter: &Prefilter) -> FilterProfile {
+    let skipped = [
+        (AddressFamily::Ipv4, profile.ipv4_length_count),
+        (AddressFamily::Ipv6, profile.ipv6_length_count),
+    ]
+    .into_iter()
+    .filter(|&(family, count)| !prefilter.pays(family, count))
+    .fold(0, |skipped, (family, _)| skipped | skip_bit(family));
+    FilterProfile {
+        prefilter_skipped: skipped,
+        ..*profile
+    }
 }
 
 /// Packets and bytes per outcome and family, summed over CPUs.
@@ -323,7 +339,7 @@ impl BlocklistMaps {
         self.outer()?
             .set(idle, table, 0)
             .map_err(|source| XdpError::Map { name, source })?;
-        self.write_profile(idle as usize, profile);
+        self.write_profile(idle as usize, &with_prefilter_decision(profile, prefilter));
         self.write_prefilter(idle as usize, prefilter);
         self.store_config_u32(offset_of!(Config, active_profile), idle);
         thread::sleep(GRACE_PERIOD);
@@ -353,7 +369,10 @@ impl BlocklistMaps {
                 offset_of!(FilterProfile, ipv6_length_count),
                 profile.ipv6_length_count,
             ),
-            (offset_of!(FilterProfile, reserved), profile.reserved),
+            (
+                offset_of!(FilterProfile, prefilter_skipped),
+                profile.prefilter_skipped,
+            ),
         ] {
             self.store_config_u32(base + offset, value);
         }
