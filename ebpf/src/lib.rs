@@ -326,9 +326,16 @@ pub struct Config {
     /// right now, or zero (the control plane's crash marker, never read by
     /// the program).
     pub updating_pid: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`ABI_VERSION`] of the loader that created the maps (never read by
+    /// the program): a control plane of another version loads a new
+    /// program rather than write into these maps.
+    pub abi_version: u32,
 }
+
+/// The version of everything a loaded program and its control plane share:
+/// this crate's map layouts and `filter-core`'s bucket layout and hash.
+/// Change it with any of them.
+pub const ABI_VERSION: u32 = 2;
 
 /// Packets and bytes of one counter, per CPU.
 #[repr(C)]

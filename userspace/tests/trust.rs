@@ -932,4 +932,28 @@ fn attach_repairs_a_pin_directory_whose_maps_were_removed() {
     cfctl.ok(&["verify"]);
     assert_eq!(cfctl.json(&["status"])["interfaces"][0]["interface"], host);
     common::netns::check_traffic(&network, true);
+
+    // Maps an older cfctl made (another map and filter layout) are never
+    // written into: attach loads a new program and moves the links to it.
+    set_pinned_abi_version(cfctl.pin_dir(), 1);
+    let line = cfctl.fails(&["add", "198.18.9.9"]);
+    assert!(line.contains("from another cfctl version"), "{line}");
+    cfctl.ok(&["attach", host]);
+    cfctl.ok(&["verify"]);
+    common::netns::check_traffic(&network, true);
+}
+
+/// Writes `version` as the ABI version of the maps pinned in `pin_dir`.
+fn set_pinned_abi_version(pin_dir: &Path, version: u32) {
+    use std::os::fd::AsFd;
+    let config = aya::maps::MapData::from_pin(pin_dir.join("CONFIG")).expect("the config map");
+    let memory = userspace::xdp::mapped::MappedMap::new(
+        config.fd().as_fd(),
+        std::mem::size_of::<blocklist_ebpf::Config>(),
+    )
+    .expect("mapping the config");
+    memory
+        .atomic_u32(std::mem::offset_of!(blocklist_ebpf::Config, abi_version))
+        .expect("the version field")
+        .store(version, std::sync::atomic::Ordering::SeqCst);
 }

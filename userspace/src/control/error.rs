@@ -45,10 +45,12 @@ pub enum ControlError {
     /// Nothing is pinned in the pin directory.
     #[error("no blocklist is attached (nothing pinned in {}); run `cfctl attach IFACE` first", .0.display())]
     NotAttached(PathBuf),
-    /// A program is pinned but a map pin is missing or unusable.
+    /// A program is pinned but a map pin is missing or unusable, or was
+    /// made by another version of cfctl.
     #[error(
-        "the blocklist pinned in {} is incomplete ({source}); `cfctl attach IFACE` loads it \
-         again from the store and takes over its links with no gap",
+        "the blocklist pinned in {} is incomplete or from another cfctl version ({source}); \
+         `cfctl attach IFACE` loads it again from the store and takes over its links with no \
+         gap",
         .pin_dir.display()
     )]
     Incomplete {

@@ -20,7 +20,7 @@ use aya::Ebpf;
 use blocklist_ebpf::prefilter::{skip_bit, Prefilter};
 use blocklist_ebpf::{
     counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
-    Outcome, Policy, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
+    Outcome, Policy, Setting, ABI_VERSION, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
     MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
 };
 use filter_core::AddressFamily;
@@ -140,6 +140,11 @@ impl BlocklistMaps {
         let allow_v4 = map(ALLOW_V4_MAP)?;
         let allow_v6 = map(ALLOW_V6_MAP)?;
         let config: MappedValue<Config> = map_value(&config_map, CONFIG_MAP)?;
+        if bucket_count.is_none() && config.read().abi_version != ABI_VERSION {
+            return Err(XdpError::OtherAbi {
+                found: config.read().abi_version,
+            });
+        }
         let Map::Array(prefilter_data) = &prefilter_map else {
             return Err(XdpError::MissingMap(PREFILTER_MAP));
         };
@@ -264,6 +269,11 @@ impl BlocklistMaps {
     /// The live policy (deny if the config holds no policy).
     pub fn policy(&self) -> Policy {
         Policy::from_u32(self.config().policy).unwrap_or(Policy::Deny)
+    }
+
+    /// Records that this loader's ABI made the maps.
+    pub(super) fn stamp_abi_version(&self) {
+        self.store_config_u32(offset_of!(Config, abi_version), ABI_VERSION);
     }
 
     /// The id of the store the filter was built from (zero: none yet).

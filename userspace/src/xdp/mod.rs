@@ -213,6 +213,16 @@ pub enum XdpError {
         /// What failed.
         source: io::Error,
     },
+    /// The pinned maps were made by a loader of another ABI version.
+    #[error(
+        "the pinned blocklist was loaded by a cfctl of another version (map and filter layout \
+         {found}, this cfctl's is {})",
+        blocklist_ebpf::ABI_VERSION
+    )]
+    OtherAbi {
+        /// The version found (0: older than versioned layouts).
+        found: u32,
+    },
     /// No such network interface.
     #[error("no network interface named '{0}'")]
     NoInterface(String),

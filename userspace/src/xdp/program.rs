@@ -128,6 +128,7 @@ impl Blocklist {
             .load()
             .map_err(|source| XdpError::Program { name, source })?;
         let mut maps = BlocklistMaps::take(&mut ebpf, options.shape, options.bucket_count)?;
+        maps.stamp_abi_version();
         let profile = filter_profile(
             options.seed,
             options.bucket_count,
