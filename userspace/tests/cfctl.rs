@@ -297,7 +297,7 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
                 deleted.push(present.swap_remove(rng.random_range(0..present.len())));
             }
             let delete = Change::Delete {
-                source: "hammer",
+                source: Some("hammer"),
                 nets: &deleted,
             };
             control

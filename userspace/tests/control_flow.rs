@@ -80,7 +80,7 @@ fn import_delete_and_check_against_a_filter() {
     let deleted = txn
         .delete(
             ListKind::Blocklist,
-            "file:feed.txt",
+            Some("file:feed.txt"),
             ["198.18.0.0/16".parse().unwrap()],
         )
         .unwrap()

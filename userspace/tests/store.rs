@@ -67,7 +67,7 @@ fn add_and_delete_report_what_changed() {
     let report = txn
         .delete(
             ListKind::Blocklist,
-            "cli",
+            Some("cli"),
             [net("198.18.0.1/32"), net("198.19.0.0/16")],
         )
         .unwrap();
@@ -184,7 +184,7 @@ fn dropped_transactions_change_nothing() {
     let mut txn = store.begin().unwrap();
     txn.add(ListKind::Blocklist, "cli", cli(&["198.18.1.0/24"]))
         .unwrap();
-    txn.delete(ListKind::Blocklist, "cli", [net("198.18.0.0/24")])
+    txn.delete(ListKind::Blocklist, Some("cli"), [net("198.18.0.0/24")])
         .unwrap();
     txn.replace(ListKind::Blocklist, "cli", cli(&["2001:db8::/64"]))
         .unwrap();
@@ -254,7 +254,7 @@ fn the_allowlist_is_a_separate_list() {
 
     let mut txn = store.begin().unwrap();
     let report = txn
-        .delete(ListKind::Allowlist, "ops", [net("198.18.0.0/15")])
+        .delete(ListKind::Allowlist, Some("ops"), [net("198.18.0.0/15")])
         .unwrap();
     assert_eq!(report.missing, [net("198.18.0.0/15")]);
 }
@@ -481,10 +481,18 @@ fn a_network_stays_listed_until_every_source_drops_it() {
     assert_eq!(only_feed.len(), 1);
     assert_eq!(only_feed[0].net, net("198.18.2.0/24"));
 
+    // A delete for every source unlists it whoever listed it.
+    let mut txn = store.begin().unwrap();
+    let everyone = txn
+        .delete(ListKind::Blocklist, None, [net("198.18.2.0/24")])
+        .unwrap();
+    assert_eq!(everyone.deleted, [net("198.18.2.0/24")]);
+    drop(txn);
+
     // The command line drops it too: now it goes.
     let mut txn = store.begin().unwrap();
     let report = txn
-        .delete(ListKind::Blocklist, "cli", [net("198.18.1.0/24")])
+        .delete(ListKind::Blocklist, Some("cli"), [net("198.18.1.0/24")])
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(report.deleted, [net("198.18.1.0/24")]);

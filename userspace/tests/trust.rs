@@ -286,7 +286,7 @@ fn changes_say_what_happened() {
     assert!(output.status.success());
     let deleted = String::from_utf8_lossy(&output.stdout);
     assert!(
-        deleted.starts_with("0 deleted, 1 not listed by cli ("),
+        deleted.starts_with("0 deleted, 1 not listed ("),
         "{deleted}"
     );
     assert!(!deleted.contains("added"), "{deleted}");

@@ -86,10 +86,10 @@ pub enum Change<'a> {
         /// The entries.
         entries: &'a [NewEntry<'a>],
     },
-    /// `source` no longer lists these networks.
+    /// `source` (every source, if `None`) no longer lists these networks.
     Delete {
-        /// The source.
-        source: &'a str,
+        /// The source, or `None` for every one.
+        source: Option<&'a str>,
         /// The networks.
         nets: &'a [IpNet],
     },
@@ -111,7 +111,7 @@ pub enum Change<'a> {
 /// A change with each network once (the first of its entries kept).
 enum UniqueChange<'a> {
     Add(&'a str, Vec<NewEntry<'a>>),
-    Delete(&'a str, Vec<IpNet>),
+    Delete(Option<&'a str>, Vec<IpNet>),
     Replace(&'a str, Vec<NewEntry<'a>>),
     Expire(SystemTime),
 }
@@ -157,11 +157,11 @@ impl UniqueChange<'_> {
         }
     }
 
+    /// The source changed, `*` for every source.
     fn source(&self) -> &str {
         match self {
-            UniqueChange::Add(source, _)
-            | UniqueChange::Delete(source, _)
-            | UniqueChange::Replace(source, _) => source,
+            UniqueChange::Add(source, _) | UniqueChange::Replace(source, _) => source,
+            UniqueChange::Delete(source, _) => source.unwrap_or("*"),
             UniqueChange::Expire(_) => "*",
         }
     }
@@ -589,7 +589,7 @@ fn record(
             }
         }
         UniqueChange::Delete(source, nets) => {
-            let stored = txn.delete(list, source, nets.iter().copied())?;
+            let stored = txn.delete(list, *source, nets.iter().copied())?;
             report.not_listed = stored.missing;
             report.still_listed = stored.still_listed;
             Recorded {

@@ -165,6 +165,19 @@ impl<'t> ListWriter<'t> {
         })
     }
 
+    /// No source lists `net` any more.
+    fn leave_all(&mut self, net: NetBytes) -> Result<Moved, redb::Error> {
+        let mut sources = Vec::new();
+        for row in self.members.range(memberships_of(net))? {
+            sources.push(row?.0.value().1);
+        }
+        let mut moved = Moved::Nothing;
+        for source in sources {
+            moved = self.leave(source, net)?;
+        }
+        Ok(moved)
+    }
+
     /// The networks `source` lists.
     fn networks_of(&self, source: u32) -> Result<Vec<NetBytes>, redb::Error> {
         let mut nets = Vec::new();
@@ -243,25 +256,37 @@ impl StoreTransaction<'_> {
         })
     }
 
-    /// Source `source` no longer lists `nets` in `list`.
+    /// Source `source` (every source, if `None`) no longer lists `nets` in
+    /// `list`.
     pub fn delete(
         &mut self,
         list: ListKind,
-        source: &str,
+        source: Option<&str>,
         nets: impl IntoIterator<Item = IpNet>,
     ) -> Result<DeleteReport, StoreError> {
         let store = self.store;
-        let Some(source) = self.sources.get(source) else {
-            return Ok(DeleteReport {
-                missing: nets.into_iter().collect(),
-                ..DeleteReport::default()
-            });
+        let source = match source {
+            None => None,
+            Some(name) => match self.sources.get(name) {
+                Some(id) => Some(id),
+                None => {
+                    return Ok(DeleteReport {
+                        missing: nets.into_iter().collect(),
+                        ..DeleteReport::default()
+                    })
+                }
+            },
         };
         store.guarded(|| {
             let mut writer = self.writer(list)?;
             let mut report = DeleteReport::default();
             for net in nets {
-                match writer.leave(source, encode_net(&net)).in_store(store)? {
+                let key = encode_net(&net);
+                let moved = match source {
+                    Some(source) => writer.leave(source, key),
+                    None => writer.leave_all(key),
+                };
+                match moved.in_store(store)? {
                     Moved::List => report.deleted.push(net),
                     Moved::OthersToo => report.still_listed.push(net),
                     Moved::Nothing => report.missing.push(net),

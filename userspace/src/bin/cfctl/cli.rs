@@ -288,10 +288,11 @@ pub struct DelArgs {
     /// Entries to delete, exactly as listed.
     #[arg(required = true, value_name = "ADDR|CIDR")]
     pub entries: Vec<String>,
-    /// The source that no longer lists them; other sources keep them
-    /// listed.
-    #[arg(long, value_name = "NAME", default_value = "cli")]
-    pub source: String,
+    /// Only this source's listing goes, and other sources keep theirs;
+    /// without --source, every source's (a feed lists them again at its
+    /// next refresh: allowlist an address to keep it passing).
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
 }
 
 /// Allowlist commands.

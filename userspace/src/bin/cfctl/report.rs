@@ -137,11 +137,12 @@ pub fn change(report: &ChangeReport) {
             count(report.still_listed.len())
         ));
     }
+    let by = match report.source.as_str() {
+        "*" => String::new(),
+        _ => format!(" by {source}"),
+    };
     if !report.not_listed.is_empty() {
-        parts.push(format!(
-            "{} not listed by {source}",
-            count(report.not_listed.len())
-        ));
+        parts.push(format!("{} not listed{by}", count(report.not_listed.len())));
     }
     if report.repeated > 0 {
         parts.push(format!(
@@ -162,7 +163,7 @@ pub fn change(report: &ChangeReport) {
         FilterUpdate::Allowlist => "allowlist map updated".to_owned(),
     };
     println!("{} ({filter})", parts.join(", "));
-    notes(&report.not_listed, &format!("was not listed by {source}"));
+    notes(&report.not_listed, &format!("was not listed{by}"));
     notes(
         &report.still_listed,
         "stays listed: other sources list it (`cfctl list` shows which)",

@@ -163,7 +163,7 @@ fn delete(
     args: &DelArgs,
 ) -> anyhow::Result<()> {
     let nets = parse_nets(&args.entries)?;
-    let source = source_name(&args.source)?;
+    let source = args.source.as_deref().map(source_name).transpose()?;
     let report = control.change(
         list,
         Change::Delete {
