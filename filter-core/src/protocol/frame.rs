@@ -85,6 +85,14 @@ pub fn encode<'b, T: Serialize + ?Sized>(
 /// Decodes one frame (without its delimiter) in place: checks its length,
 /// COBS, CRC and contents. Never panics, whatever the bytes.
 pub fn decode<'a, T: Deserialize<'a>>(frame: &'a mut [u8]) -> Result<T, FrameError> {
+    decode_with_crc(frame).map(|(message, _)| message)
+}
+
+/// [`decode`], also returning the frame's CRC: with the request id, it
+/// tells a retransmitted request from a new one.
+pub fn decode_with_crc<'a, T: Deserialize<'a>>(
+    frame: &'a mut [u8],
+) -> Result<(T, u32), FrameError> {
     if frame.len() > MAX_FRAME_LEN {
         return Err(FrameError::Oversized);
     }
@@ -103,7 +111,7 @@ pub fn decode<'a, T: Deserialize<'a>>(frame: &'a mut [u8]) -> Result<T, FrameErr
         return Err(FrameError::Crc { stored, computed });
     }
     match postcard::take_from_bytes(body) {
-        Ok((message, [])) => Ok(message),
+        Ok((message, [])) => Ok((message, stored)),
         _ => Err(FrameError::Malformed),
     }
 }

@@ -10,8 +10,12 @@ use super::frame::FrameError;
 use super::item::{Item, PrefixLengths};
 use crate::snapshot::{Parameter, SnapshotError};
 
-/// The protocol version exchanged in [`Request::Hello`].
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version exchanged in [`Request::Hello`]. Version 2 put
+/// every message in an [`Envelope`] with a request id.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The id of the answer to a frame whose own id could not be read (a
+/// damaged frame); a request sent with this id is never replayed.
+pub const NO_ID: u32 = 0;
 /// Most items in one [`Request::AddBatch`] or [`Request::CheckBatch`].
 pub const MAX_BATCH: usize = 32;
 /// Most snapshot bytes in one [`Request::SnapshotChunk`].
@@ -19,6 +23,17 @@ pub const MAX_CHUNK_LEN: usize = 768;
 /// Every snapshot chunk but the last is a multiple of this many bytes long,
 /// so that a device can write chunks to flash as they come.
 pub const CHUNK_ALIGN: usize = 4;
+
+/// A message as it travels: the request id and the request or response.
+/// A response carries the id of the request it answers (see the module
+/// documentation of [`super`] for what ids are for).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    /// The request's id ([`NO_ID`] in the answer to an unreadable frame).
+    pub id: u32,
+    /// The request or response.
+    pub message: T,
+}
 
 /// A request from the host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,6 +196,8 @@ pub struct Stats {
     pub hits: u32,
     /// Images written to persistent storage.
     pub saves: u32,
+    /// Retransmitted requests answered again without being executed again.
+    pub replayed: u32,
 }
 
 /// Where an item lives ([`Response::Located`]).

@@ -79,7 +79,16 @@ fn every_request_round_trips_within_the_frame_limit() {
         assert!(frame.len() <= MAX_FRAME_LEN + 1, "{request:?}");
         assert_eq!(frame.last(), Some(&0));
         assert!(!frame[..frame.len() - 1].contains(&0));
-        assert_eq!(decode_frame(&frame), Ok(request));
+        assert_eq!(decode_frame(&frame), Ok(request.clone()));
+        // With the longest request id, in the envelope the wire carries.
+        let enveloped = Envelope {
+            id: u32::MAX,
+            message: request,
+        };
+        let mut frame = frame_of(&enveloped);
+        assert!(frame.len() <= MAX_FRAME_LEN + 1, "{enveloped:?}");
+        frame.pop();
+        assert_eq!(decode::<Envelope<Request>>(&mut frame), Ok(enveloped));
     }
 }
 
@@ -107,6 +116,7 @@ fn the_largest_responses_fit_the_response_buffer() {
             checked: u32::MAX,
             hits: u32::MAX,
             saves: u32::MAX,
+            replayed: u32::MAX,
         }),
         Response::Error(Error::Snapshot(SnapshotError::ParameterMismatch {
             parameter: Parameter::BucketCount,
@@ -125,14 +135,40 @@ fn the_largest_responses_fit_the_response_buffer() {
         }),
     ];
     for response in responses {
+        let enveloped = Envelope {
+            id: u32::MAX,
+            message: response,
+        };
         let mut out = [0u8; MAX_RESPONSE_FRAME_LEN];
-        let frame = encode(&response, &mut out).map(|frame| frame.to_vec());
+        let frame = encode(&enveloped, &mut out).map(|frame| frame.to_vec());
         let Ok(mut frame) = frame else {
-            panic!("{response:?} does not fit");
+            panic!("{enveloped:?} does not fit");
         };
         frame.pop();
-        assert_eq!(decode::<Response>(&mut frame), Ok(response));
+        assert_eq!(decode::<Envelope<Response>>(&mut frame), Ok(enveloped));
     }
+}
+
+#[test]
+fn the_crc_names_the_frame_bytes() {
+    let request = Envelope {
+        id: 7,
+        message: Request::Add(Item::U64(42)),
+    };
+    let mut first = frame_of(&request);
+    let mut again = first.clone();
+    let mut other = frame_of(&Envelope {
+        id: 8,
+        message: Request::Add(Item::U64(42)),
+    });
+    let crc = |frame: &mut StdVec<u8>| {
+        frame.pop();
+        decode_with_crc::<Envelope<Request>>(frame).map(|(_, crc)| crc)
+    };
+    let first = crc(&mut first);
+    assert!(first.is_ok());
+    assert_eq!(first, crc(&mut again));
+    assert_ne!(first, crc(&mut other));
 }
 
 #[test]

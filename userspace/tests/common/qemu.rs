@@ -122,6 +122,11 @@ impl Qemu {
         &self.device
     }
 
+    /// The scratch directory, removed with the QEMU process.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join("qemu.stderr")).unwrap_or_default()
     }
