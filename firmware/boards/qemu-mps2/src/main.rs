@@ -78,6 +78,21 @@ impl embedded_io::Read for GaugedRx {
     }
 }
 
+/// External interrupts of QEMU's `mps2-an386` model.
+const INTERRUPTS: usize = 32;
+
+extern "C" {
+    /// cortex-m-rt's default handler (its linker script provides it).
+    fn DefaultHandler();
+}
+
+/// The interrupt part of the vector table (cortex-m-rt's `device` feature
+/// leaves it to the board, as a PAC would provide it): no interrupt is
+/// enabled, so each points at the default handler.
+#[link_section = ".vector_table.interrupts"]
+#[no_mangle]
+static __INTERRUPTS: [unsafe extern "C" fn(); INTERRUPTS] = [DefaultHandler; INTERRUPTS];
+
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     match info.location() {
