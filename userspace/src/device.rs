@@ -62,7 +62,7 @@ impl DeviceClient<Box<dyn Port>> {
     /// Opens `target` (see [`Target::parse`]) and says hello; returns the
     /// client and the device's [`Info`].
     pub fn open(target: &str, baud: u32, timing: LinkTiming) -> Result<(Self, Info), DeviceError> {
-        let port = Target::parse(target).open(baud, timing.resend_after)?;
+        let port = Target::parse(target).open(baud, timing.resend_after / 4)?;
         let mut client = DeviceClient::with_timing(port, timing);
         let info = client.hello()?;
         Ok((client, info))
@@ -79,9 +79,12 @@ impl<P: Read + Write> DeviceClient<P> {
     /// A client on an open stream, with the given deadline and resend
     /// interval (see [`link`]).
     pub fn with_timing(port: P, timing: LinkTiming) -> Self {
-        Self {
-            link: Link::new(port, timing),
-        }
+        Self::with_link(Link::new(port, timing))
+    }
+
+    /// A client over `link`.
+    pub fn with_link(link: Link<P>) -> Self {
+        Self { link }
     }
 
     /// What the link discarded or repeated so far.

@@ -6,11 +6,12 @@
 //! waits for the response that carries that id. Everything else that
 //! arrives meanwhile is discarded and counted ([`LinkStats`]): answers to
 //! other ids (left in the stream by a killed client, or duplicated), and
-//! frames that do not decode. The request is sent again when the device
-//! says a frame it got was damaged, when a damaged frame arrives (it may
-//! have been the answer), and when nothing has come for
-//! [`LinkTiming::resend_after`] (doubling after each silent resend), until
-//! [`LinkTiming::deadline`]. Resending is safe because the device answers a
+//! frames that do not decode. The request is sent again when nothing has
+//! come for [`LinkTiming::resend_after`] (doubling after each silent
+//! resend), and sooner, a quarter of that after the last send, when the
+//! device says a frame it got was damaged or a damaged frame arrives (it
+//! may have been the answer), until [`LinkTiming::deadline`]. Resends are
+//! rate-limited so that damaged answers to resends cannot multiply them. Resending is safe because the device answers a
 //! copy of the last request from memory without executing it again (see
 //! [`filter_core::protocol`]): every request takes effect exactly once.
 //!
@@ -38,8 +39,9 @@ pub struct LinkTiming {
     /// How long to wait for the answer to a request, resends included.
     pub deadline: Duration,
     /// Silence after which a request is sent again (doubling after each
-    /// resend, up to 8 s). Reads of the stream should time out at least
-    /// this often, or the resend waits for the read.
+    /// resend, up to 8 s; a quarter of it after damage). Reads of the
+    /// stream should time out at least every quarter of it, or a resend
+    /// waits for the read.
     pub resend_after: Duration,
 }
 
@@ -105,6 +107,16 @@ impl<P: Read + Write> Link<P> {
         link
     }
 
+    /// The same link with request ids from `id` on ([`NO_ID`] is
+    /// skipped): for tests and fuzzing, which need to know the ids.
+    pub fn with_first_id(mut self, id: u32) -> Self {
+        self.next_id = id;
+        if id == NO_ID {
+            self.take_id();
+        }
+        self
+    }
+
     /// What the link discarded or repeated so far.
     pub fn stats(&self) -> LinkStats {
         self.stats
@@ -134,14 +146,15 @@ impl<P: Read + Write> Link<P> {
             message: request,
         };
         let frame = protocol::encode(&envelope, &mut buffer).map_err(|_| DeviceError::TooLarge)?;
-        let started = Instant::now();
-        let deadline = started + self.timing.deadline;
-        let mut interval = self.timing.resend_after;
+        let base = self.timing.resend_after;
+        let deadline = Instant::now() + self.timing.deadline;
+        let mut interval = base;
         self.send(frame)?;
-        let mut next_send = started + interval;
+        let mut last_send = Instant::now();
+        let mut damage_seen = false;
         let mut last_damage = None;
         loop {
-            let resend_now = match self.receive()? {
+            match self.receive()? {
                 Arrival::Answer(answer) if answer.id == id => return Ok(answer.message),
                 Arrival::Answer(Envelope {
                     id: NO_ID,
@@ -150,20 +163,17 @@ impl<P: Read + Write> Link<P> {
                     // The device could not read a frame: perhaps this one.
                     self.stats.rejected += 1;
                     last_damage = Some(error);
-                    true
+                    damage_seen = true;
                 }
-                Arrival::Answer(_) => {
-                    self.stats.stale += 1;
-                    false
-                }
+                Arrival::Answer(_) => self.stats.stale += 1,
                 Arrival::Damaged(error) => {
                     // Perhaps the answer, damaged on the way.
                     self.stats.damaged += 1;
                     last_damage = Some(error);
-                    true
+                    damage_seen = true;
                 }
-                Arrival::Silence => false,
-            };
+                Arrival::Silence => {}
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(match last_damage {
@@ -171,13 +181,19 @@ impl<P: Read + Write> Link<P> {
                     None => DeviceError::Timeout(self.timing.deadline),
                 });
             }
-            if resend_now || now >= next_send {
-                if !resend_now {
+            // Damage calls for a resend sooner than silence does, but not
+            // at once: at most one send per quarter interval, or damaged
+            // answers to resends would call for ever more resends.
+            let silent_for = now - last_send;
+            let silence = silent_for >= interval;
+            if silence || (damage_seen && silent_for >= base / 4) {
+                if silence {
                     interval = (interval * 2).min(MAX_RESEND_INTERVAL);
                 }
                 self.stats.resent += 1;
                 self.send(frame)?;
-                next_send = now + interval;
+                last_send = now;
+                damage_seen = false;
             }
         }
     }
