@@ -196,8 +196,10 @@ fn answers_left_on_the_line_do_not_answer_the_next_command() {
     ] {
         careless.write_all(&request_frame(id, request)).unwrap();
     }
+    // The normal image has no fault triggers: these are damaged frames.
+    careless.write_all(b"!panic\0!hardfault\0").unwrap();
     drop(careless);
-    wait_for_waiting_frames(&line, 4);
+    wait_for_waiting_frames(&line, 6);
 
     // The next commands get their own answers.
     assert_eq!(

@@ -14,11 +14,12 @@
 
 mod common;
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::qemu::{firmware_elf, repo_root, Qemu};
+use common::qemu::{firmware_elf, firmware_elf_with_fault_triggers, repo_root, Qemu};
 use common::serial_line::{Faults, SerialLine};
 
 use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, Response};
@@ -519,4 +520,50 @@ fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
     drop(device);
     drop(line);
     qemu.stop_and_decode_log(&elf);
+}
+
+#[test]
+fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_saved_image() {
+    let elf = firmware_elf_with_fault_triggers();
+    let (mut qemu, stream) = Qemu::boot(&elf);
+    stream
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let mut trigger = stream.try_clone().unwrap();
+    let timing = LinkTiming {
+        deadline: Duration::from_secs(30),
+        resend_after: Duration::from_millis(200),
+    };
+    let mut device = DeviceClient::with_timing(stream, timing);
+    let saved: Vec<Item<'_>> = (0..3).map(Item::U64).collect();
+    assert_eq!(device.add_batch(&saved).unwrap(), 3);
+    assert_eq!(device.save().unwrap(), 1);
+    for name in ["panic", "hardfault"] {
+        // Entries added after the save are lost with the reset.
+        device.add_batch(&[Item::U64(100), Item::U64(101)]).unwrap();
+        assert_eq!(device.hello().unwrap().entries, 5);
+        trigger.write_all(format!("!{name}\0").as_bytes()).unwrap();
+        // The client resends until the rebooted device answers.
+        let info = device.hello().unwrap();
+        assert_eq!(
+            (info.entries, info.saved_sequence),
+            (3, Some(1)),
+            "after a {name}, the device must come back with its saved image"
+        );
+        let present = device.check_batch(&saved).unwrap();
+        assert!(present.into_iter().all(|present| present));
+    }
+    let log = qemu.stop_and_decode_log_after_faults(&elf);
+    for expected in [
+        "fault trigger: panic",
+        "panic at",
+        "HardFault at pc",
+        "loaded image 1: 3 entries",
+    ] {
+        assert!(
+            log.contains(expected),
+            "defmt log lacks {expected:?}:\n{log}"
+        );
+    }
+    assert_eq!(log.matches("ready: ").count(), 3, "three boots:\n{log}");
 }
