@@ -143,28 +143,120 @@ impl FilterShape {
     }
 }
 
-/// What the program does with a packet that would be dropped.
-pub mod mode {
-    /// Drop it.
-    pub const ENFORCE: u32 = 0;
-    /// Pass it and count it as would-drop.
-    pub const MONITOR: u32 = 1;
+/// A run-time setting of the program, or a dimension of its counters: a
+/// `#[repr(u32)]` enum whose discriminants are the values the maps hold,
+/// with one name per value for the command line, reports and the store.
+/// Declared once here ([`setting!`]) and used as they are by the program,
+/// the loader, the store, the CLI and the reports.
+pub trait Setting: Copy + PartialEq + Sized + 'static {
+    /// Every value, in the order of the ABI values.
+    const ALL: &'static [Self];
+
+    /// The value's name.
+    fn name(self) -> &'static str;
+
+    /// Other names a value was once written with (read, never written).
+    fn aliases(self) -> &'static [&'static str];
+
+    /// The value as the maps hold it.
+    fn to_u32(self) -> u32;
+
+    /// The value of a name or an alias.
+    fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|value| value.name() == name || value.aliases().contains(&name))
+    }
+
+    /// The value the maps hold as `raw`, if it is one.
+    fn from_u32(raw: u32) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|value| value.to_u32() == raw)
+    }
 }
 
-/// Which IP packets are dropped.
-pub mod policy {
-    /// Drop packets whose address is in the blocklist (and not allowlisted).
-    pub const DENY: u32 = 0;
-    /// Drop every IP packet whose address is not allowlisted.
-    pub const ALLOW: u32 = 1;
+/// Declares a [`Setting`] enum: `Variant = value => "name" (| "alias")*`.
+macro_rules! setting {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident = $value:literal => $text:literal
+                $(| $alias:literal)*,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$variant_meta])* $variant = $value,)*
+        }
+
+        impl Setting for $name {
+            const ALL: &'static [Self] = &[$($name::$variant),*];
+
+            fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+
+            fn aliases(self) -> &'static [&'static str] {
+                match self {
+                    $($name::$variant => &[$($alias),*],)*
+                }
+            }
+
+            fn to_u32(self) -> u32 {
+                self as u32
+            }
+        }
+    };
 }
 
-/// What happens to a truncated or malformed frame.
-pub mod malformed_action {
-    /// Pass it (the default).
-    pub const PASS: u32 = 0;
-    /// Drop it (in enforce mode).
-    pub const DROP: u32 = 1;
+setting! {
+    /// What the program does with a packet that would be dropped
+    /// ([`Config::mode`]).
+    pub enum Mode {
+        /// Drop it.
+        Enforce = 0 => "enforce",
+        /// Pass it and count it as would-drop.
+        Monitor = 1 => "monitor",
+    }
+}
+
+setting! {
+    /// Which IP packets are dropped ([`Config::policy`]).
+    pub enum Policy {
+        /// Packets whose address is in the blocklist (and not allowlisted).
+        Deny = 0 => "deny",
+        /// Every IP packet whose address is not allowlisted.
+        Allow = 1 => "allow",
+    }
+}
+
+setting! {
+    /// What happens to a truncated or malformed frame
+    /// ([`Config::malformed_action`]).
+    pub enum MalformedAction {
+        /// Pass it (the default).
+        Pass = 0 => "pass",
+        /// Drop it (in enforce mode).
+        Drop = 1 => "drop",
+    }
+}
+
+setting! {
+    /// Which address of a packet is matched: the read-only global
+    /// [`MATCH_DESTINATION_GLOBAL`], fixed when the program is loaded.
+    pub enum MatchAddress {
+        /// The source address (a blocklist of senders).
+        Source = 0 => "src" | "source",
+        /// The destination address.
+        Destination = 1 => "dst" | "destination",
+    }
 }
 
 /// One filter generation: its seed, size and active prefix lengths. The
@@ -207,11 +299,11 @@ impl FilterProfile {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// [`mode::ENFORCE`] or [`mode::MONITOR`].
+    /// A [`Mode`].
     pub mode: u32,
-    /// [`policy::DENY`] or [`policy::ALLOW`].
+    /// A [`Policy`].
     pub policy: u32,
-    /// [`malformed_action::PASS`] or [`malformed_action::DROP`].
+    /// A [`MalformedAction`].
     pub malformed_action: u32,
     /// Index of the live profile and filter slot: 0 or 1.
     pub active_profile: u32,
@@ -223,6 +315,15 @@ pub struct Config {
     pub allowlist_ipv6_entries: u32,
     /// The two profiles.
     pub profiles: [FilterProfile; PROFILE_COUNT],
+    /// Which store of entries the filter was built from (the control
+    /// plane's, never read by the program).
+    pub store_id: u64,
+    /// The process id of a control-plane process changing the live filter
+    /// right now, or zero (the control plane's crash marker, never read by
+    /// the program).
+    pub updating_pid: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 /// Packets and bytes of one counter, per CPU.
@@ -235,60 +336,44 @@ pub struct Counter {
     pub bytes: u64,
 }
 
-/// Why a packet got its verdict.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// An IP packet that matched nothing to drop.
-    Passed = 0,
-    /// Dropped (blocklisted, or not allowlisted under the allow policy).
-    Dropped = 1,
-    /// Would have been dropped, passed because of monitor mode.
-    WouldDrop = 2,
-    /// Would have been dropped, passed because the allowlist matched.
-    Allowlisted = 3,
-    /// Truncated or malformed; passed or dropped by `malformed_action`.
-    Malformed = 4,
-    /// Not IPv4 or IPv6 (ARP, LLDP, three or more VLAN tags, ...): passed.
-    NonIp = 5,
+setting! {
+    /// Why a packet got its verdict: the first dimension of the counters.
+    pub enum Outcome {
+        /// An IP packet that matched nothing to drop.
+        Passed = 0 => "passed",
+        /// Dropped (blocklisted, or not allowlisted under the allow policy).
+        Dropped = 1 => "dropped",
+        /// Would have been dropped, passed because of monitor mode.
+        WouldDrop = 2 => "would_drop",
+        /// Would have been dropped, passed because the allowlist matched.
+        Allowlisted = 3 => "allowlisted",
+        /// Truncated or malformed; passed or dropped by `malformed_action`.
+        Malformed = 4 => "malformed",
+        /// Not IPv4 or IPv6 (ARP, LLDP, three or more VLAN tags, ...): passed.
+        NonIp = 5 => "non_ip",
+    }
 }
 
-impl Outcome {
-    /// Every outcome, in counter order.
-    pub const ALL: [Outcome; 6] = [
-        Outcome::Passed,
-        Outcome::Dropped,
-        Outcome::WouldDrop,
-        Outcome::Allowlisted,
-        Outcome::Malformed,
-        Outcome::NonIp,
-    ];
-}
-
-/// The family a counter is split by.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4 (ethertype 0x0800).
-    Ipv4 = 0,
-    /// IPv6 (ethertype 0x86dd).
-    Ipv6 = 1,
-    /// Neither, or unknown because the frame ended first.
-    Other = 2,
-}
-
-impl Family {
-    /// Every family, in counter order.
-    pub const ALL: [Family; 3] = [Family::Ipv4, Family::Ipv6, Family::Other];
+setting! {
+    /// The family a counter is split by: the second dimension of the
+    /// counters.
+    pub enum Family {
+        /// IPv4 (ethertype 0x0800).
+        Ipv4 = 0 => "ipv4",
+        /// IPv6 (ethertype 0x86dd).
+        Ipv6 = 1 => "ipv6",
+        /// Neither, or unknown because the frame ended first.
+        Other = 2 => "other",
+    }
 }
 
 /// Number of counters (outcomes times families).
-pub const COUNTER_COUNT: usize = Outcome::ALL.len() * Family::ALL.len();
+pub const COUNTER_COUNT: usize = <Outcome as Setting>::ALL.len() * <Family as Setting>::ALL.len();
 
 /// Index of the counter of `outcome` for `family`.
 #[inline(always)]
 pub const fn counter_index(outcome: Outcome, family: Family) -> u32 {
-    outcome as u32 * Family::ALL.len() as u32 + family as u32
+    outcome as u32 * <Family as Setting>::ALL.len() as u32 + family as u32
 }
 
 /// What the test-only locate program found for a packet's matched address
@@ -342,7 +427,7 @@ pub struct BaselineLengths {
 
 const _: () = {
     assert!(core::mem::size_of::<FilterProfile>() == 40);
-    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40);
+    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16);
     assert!(core::mem::size_of::<Counter>() == 16);
     assert!(core::mem::size_of::<LocateReport>() == 8 + 40);
     assert!(core::mem::size_of::<BaselineLengths>() == 12);

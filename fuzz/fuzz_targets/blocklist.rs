@@ -2,12 +2,14 @@
 //! detection) and the address/CIDR parser, on any bytes: never a panic;
 //! every entry is a network with its host bits clear that reads back as
 //! itself; a strict parse that succeeds gives the same entries as a
-//! lenient one, which then skips nothing. The first input byte picks the
-//! format, the rest is the list.
+//! lenient one, which then skips nothing; a lenient parse fails only for
+//! the whole list (a line too long, too many entries), and then the strict
+//! one fails too. The first input byte picks the format and the entry
+//! limit, the rest is the list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use userspace::blocklist::{parse_bytes, parse_net, ListFormat, ParseOptions};
+use userspace::blocklist::{parse_bytes, parse_net, ListError, ListFormat, ParseOptions};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, list)) = data.split_first() else {

@@ -33,11 +33,10 @@ use filter_core::NetKey;
 use ipnet::{IpNet, Ipv4Net};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use userspace::loader::LoadOptions;
-use userspace::mapped::MappedValue;
 use userspace::plan::{KeyPlan, PlanLimits};
-use userspace::test_run::{run_xdp, TestRun, XdpAction};
-use userspace::Blocklist;
+use userspace::xdp::mapped::MappedValue;
+use userspace::xdp::test_run::{run_xdp, TestRun, XdpAction};
+use userspace::xdp::{Blocklist, LoadOptions};
 
 static BASELINES_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baselines"));
@@ -252,15 +251,15 @@ struct Row {
     bytes: u64,
 }
 
-/// The filter with its prefilter, then with every prefilter bit set.
-fn bench_filter(keys: &[NetKey], frames: &Frames) -> BenchResult<[Row; 2]> {
-    let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, keys.len())
-        .ok_or("filter too large")?;
+/// The filter of `plan` with its prefilter, then with every prefilter bit
+/// set.
+fn bench_filter(plan: &KeyPlan, frames: &Frames) -> BenchResult<[Row; 2]> {
+    let keys = plan.key_count();
+    let options =
+        LoadOptions::for_capacity(FilterShape::Fingerprint16, keys).ok_or("filter too large")?;
     let mut blocklist = Blocklist::load(&options)?;
     let start = Instant::now();
-    blocklist
-        .maps_mut()
-        .replace_filter::<u16, 4>(options.seed, keys)?;
+    blocklist.live().install(plan, options.seed)?;
     let fill_seconds = start.elapsed().as_secs_f64();
     let bytes = memlock(&blocklist.maps_mut().live_table_map()?)?;
     let with_prefilter = {
@@ -278,14 +277,14 @@ fn bench_filter(keys: &[NetKey], frames: &Frames) -> BenchResult<[Row; 2]> {
     Ok([
         Row {
             program: "cuckoo filter",
-            keys: keys.len(),
+            keys,
             fill_seconds,
             timings: with_prefilter,
             bytes,
         },
         Row {
             program: "cuckoo filter, every prefilter bit set",
-            keys: keys.len(),
+            keys,
             fill_seconds,
             timings: without_prefilter,
             bytes,
@@ -426,7 +425,7 @@ fn main() -> BenchResult<()> {
         let mut lengths = plan.lengths().ipv4().to_vec();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
         let frames = Frames::draw(dataset, &plan, &mut rng)?;
-        let [filter, unfiltered] = bench_filter(&keys, &frames)?;
+        let [filter, unfiltered] = bench_filter(&plan, &frames)?;
         let rows = [
             filter,
             unfiltered,

@@ -21,25 +21,51 @@
 //! length more often means a typo that would block 16 million addresses
 //! than a network written loosely, so cfctl asks instead of guessing.
 //!
-//! # Errors
+//! # IPv4-mapped IPv6 and whole families
+//!
+//! An IPv4-mapped IPv6 address or prefix (`::ffff:198.18.0.1`, or
+//! `::ffff:198.18.0.0/112`) names IPv4 packets, which never carry it: it is
+//! read as the IPv4 network it maps (`198.18.0.1/32`, `198.18.0.0/16`). A
+//! prefix of length 0 (`0.0.0.0/0`, `::/0`) parses like any other; the
+//! control plane asks for `--force` before it lists a whole family.
+//!
+//! # Errors and bounds
 //!
 //! Parsing a file is all or nothing: any invalid line makes the whole parse
 //! fail with `file:line: reason: 'text'` (and how many more lines are bad),
 //! unless [`ParseOptions::skip_invalid`] is set, in which case bad lines are
-//! returned as warnings next to the good entries.
+//! returned as warnings next to the good entries. The quoted text is cut
+//! ([`crate::text::excerpt`]); cfctl escapes it where it prints it. The input is read as a stream,
+//! one line at a time: a line longer than [`MAX_LINE_BYTES`] (no blocklist
+//! has one; `/dev/zero` is one endless line) or more than
+//! [`ParseOptions::max_entries`] entries end the parse at once with an
+//! error, whatever `skip_invalid` says, and comments are bounded by
+//! [`crate::text::check_comment`]. Comments are read back from cfctl's
+//! export escaping ([`crate::text::unescape`]).
 //!
 //! This module does not deduplicate or merge entries (the store keeps the
 //! set), does not resolve host names and does not read IP ranges
 //! (`a.b.c.d-e.f.g.h`).
 
+use std::borrow::Cow;
 use std::fmt;
-use std::io::{self, Read};
+use std::io::{self, BufRead, BufReader, Read};
+use std::net::IpAddr;
 use std::path::Path;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net};
+
+use crate::text::{self, CommentProblem};
 
 /// Lines [`ListFormat::detect`] looks at.
 pub const DETECTION_LINES: usize = 64;
+/// The longest line a list may have, in bytes (its line break excluded).
+pub const MAX_LINE_BYTES: usize = 4096;
+/// The most entries a list may have unless [`ParseOptions::max_entries`]
+/// says otherwise (about 2 GB of parsed entries).
+pub const MAX_ENTRIES: usize = 1 << 25;
+/// The most invalid lines kept for reporting; the rest are only counted.
+pub const MAX_REPORTED_LINES: usize = 100;
 
 /// The format of a blocklist file; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +93,8 @@ impl ListFormat {
 
     /// The format of a file named `source_name` from its first
     /// [`DETECTION_LINES`] non-blank lines: Spamhaus if one starts with `;`
-    /// or is an entry with a `;` comment; FireHOL's netset if the name ends
+    /// or is an entry with a `;` comment (a `;` after a `#` is part of a
+    /// plain comment); FireHOL's netset if the name ends
     /// in `.netset` or `.ipset` or a `#` comment mentions FireHOL; plain
     /// otherwise.
     pub fn detect(source_name: &str, first_lines: &str) -> ListFormat {
@@ -78,7 +105,8 @@ impl ListFormat {
             .take(DETECTION_LINES);
         let mut firehol_header = false;
         for line in lines {
-            if line.starts_with(';') || (!line.starts_with('#') && line.contains(';')) {
+            let before_hash = line.split('#').next().unwrap_or_default();
+            if line.starts_with(';') || before_hash.contains(';') {
                 return ListFormat::Spamhaus;
             }
             firehol_header |= line.starts_with('#') && line.contains("FireHOL");
@@ -128,12 +156,25 @@ impl std::str::FromStr for ListFormat {
 pub struct UnknownFormat(pub String);
 
 /// How to parse a list.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseOptions {
     /// The format, or `None` to [detect](ListFormat::detect) it.
     pub format: Option<ListFormat>,
     /// Return invalid lines as warnings instead of failing.
     pub skip_invalid: bool,
+    /// The most entries the list may have.
+    pub max_entries: usize,
+}
+
+impl Default for ParseOptions {
+    /// Detect the format, fail on invalid lines, at most [`MAX_ENTRIES`].
+    fn default() -> Self {
+        Self {
+            format: None,
+            skip_invalid: false,
+            max_entries: MAX_ENTRIES,
+        }
+    }
 }
 
 /// One entry of a list.
@@ -156,8 +197,11 @@ pub struct ParsedList {
     pub format: ListFormat,
     /// Its entries, in file order (duplicates kept).
     pub entries: Vec<ListedNet>,
-    /// Lines skipped because [`ParseOptions::skip_invalid`] was set.
+    /// Lines skipped because [`ParseOptions::skip_invalid`] was set: the
+    /// first [`MAX_REPORTED_LINES`].
     pub skipped: Vec<LineError>,
+    /// How many lines were skipped in all.
+    pub skipped_count: usize,
 }
 
 /// Why a line is not an entry.
@@ -184,6 +228,9 @@ pub enum LineProblem {
     /// Bytes that are not UTF-8.
     #[error("the line is not valid UTF-8")]
     NotUtf8,
+    /// The comment cannot be stored.
+    #[error(transparent)]
+    Comment(#[from] CommentProblem),
 }
 
 /// An invalid line: `file:line: reason: 'text'`.
@@ -194,7 +241,8 @@ pub struct LineError {
     pub source_name: String,
     /// The 1-based line number.
     pub line: usize,
-    /// The offending text (the line, trimmed; lossily decoded if not UTF-8).
+    /// The offending text: the line, trimmed, lossily decoded if not UTF-8,
+    /// and cut by [`text::excerpt`].
     pub text: String,
     /// What is wrong with it.
     pub problem: LineProblem,
@@ -213,16 +261,44 @@ pub enum ListError {
         error: io::Error,
     },
     /// At least one line is invalid (and `skip_invalid` was not set).
-    #[error("{}{}", first_invalid(.0), more_invalid(.0))]
-    InvalidLines(Vec<LineError>),
+    #[error("{}{}", first_invalid(.errors), more_invalid(*.count))]
+    InvalidLines {
+        /// The first [`MAX_REPORTED_LINES`] invalid lines.
+        errors: Vec<LineError>,
+        /// How many lines are invalid in all.
+        count: usize,
+    },
+    /// A line longer than [`MAX_LINE_BYTES`]: not a blocklist.
+    #[error(
+        "{source_name}:{line}: the line is longer than {MAX_LINE_BYTES} bytes, which no \
+         blocklist has (is this a list of addresses?): '{text}'"
+    )]
+    LineTooLong {
+        /// The file name as given.
+        source_name: String,
+        /// The 1-based line number.
+        line: usize,
+        /// The start of the line, cut by [`text::excerpt`].
+        text: String,
+    },
+    /// More entries than [`ParseOptions::max_entries`].
+    #[error("{source_name}:{line}: the list has more than {max} entries, the most accepted")]
+    TooManyEntries {
+        /// The file name as given.
+        source_name: String,
+        /// The line of the first entry too many.
+        line: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 fn first_invalid(errors: &[LineError]) -> String {
     errors.first().map(ToString::to_string).unwrap_or_default()
 }
 
-fn more_invalid(errors: &[LineError]) -> String {
-    match errors.len() {
+fn more_invalid(count: usize) -> String {
+    match count {
         0 | 1 => String::new(),
         2 => " (and 1 more invalid line)".to_owned(),
         count => format!(" (and {} more invalid lines)", count - 1),
@@ -230,13 +306,14 @@ fn more_invalid(errors: &[LineError]) -> String {
 }
 
 /// Parses one address or CIDR, as given on a command line: a bare address
-/// is a host prefix; host bits must be zero.
+/// is a host prefix; host bits must be zero; an IPv4-mapped IPv6 network is
+/// the IPv4 network it maps.
 pub fn parse_net(text: &str) -> Result<IpNet, LineProblem> {
     let text = text.trim();
     let net = match text.parse::<IpNet>() {
         Ok(net) => net,
-        Err(_) => match text.parse::<std::net::IpAddr>() {
-            Ok(address) => return Ok(IpNet::from(address)),
+        Err(_) => match text.parse::<IpAddr>() {
+            Ok(address) => IpNet::from(address),
             Err(_) => return Err(cidr_problem(text)),
         },
     };
@@ -245,7 +322,26 @@ pub fn parse_net(text: &str) -> Result<IpNet, LineProblem> {
             network: net.trunc(),
         });
     }
-    Ok(net)
+    unmap_ipv4(net)
+}
+
+/// The IPv4 network an IPv4-mapped IPv6 network (`::ffff:a.b.c.d/n`)
+/// stands for; other networks as they are.
+fn unmap_ipv4(net: IpNet) -> Result<IpNet, LineProblem> {
+    let IpNet::V6(v6) = net else {
+        return Ok(net);
+    };
+    let Some(address) = v6.network().to_ipv4_mapped() else {
+        return Ok(net);
+    };
+    // With its host bits zero, a network whose address is mapped is at
+    // least /96 long.
+    match v6.prefix_len().checked_sub(96) {
+        Some(len) => Ok(IpNet::V4(
+            Ipv4Net::new(address, len).map_err(|_| LineProblem::PrefixTooLong)?,
+        )),
+        None => Ok(net),
+    }
 }
 
 /// Distinguishes a bad prefix length from text that is no network at all.
@@ -268,28 +364,11 @@ fn cidr_problem(text: &str) -> LineProblem {
 /// Parses the list in the file at `path`, named by its path as given.
 pub fn parse_file(path: &Path, options: ParseOptions) -> Result<ParsedList, ListError> {
     let source_name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| ListError::Read {
+    let file = std::fs::File::open(path).map_err(|error| ListError::Read {
         source_name: source_name.clone(),
         error,
     })?;
-    parse_bytes(&bytes, &source_name, options)
-}
-
-/// Parses a list read from `reader`; `source_name` names it in errors and
-/// entries (`-` for standard input).
-pub fn parse_reader(
-    mut reader: impl Read,
-    source_name: &str,
-    options: ParseOptions,
-) -> Result<ParsedList, ListError> {
-    let mut bytes = Vec::new();
-    reader
-        .read_to_end(&mut bytes)
-        .map_err(|error| ListError::Read {
-            source_name: source_name.to_owned(),
-            error,
-        })?;
-    parse_bytes(&bytes, source_name, options)
+    parse_reader(BufReader::new(file), &source_name, options)
 }
 
 /// Parses a list held in memory.
@@ -298,52 +377,158 @@ pub fn parse_bytes(
     source_name: &str,
     options: ParseOptions,
 ) -> Result<ParsedList, ListError> {
-    let format = options
-        .format
-        .unwrap_or_else(|| ListFormat::detect(source_name, &String::from_utf8_lossy(head(bytes))));
-    let mut entries = Vec::new();
-    let mut invalid = Vec::new();
-    for (index, raw) in bytes.split(|&byte| byte == b'\n').enumerate() {
-        let line = index + 1;
-        let parsed = match std::str::from_utf8(raw) {
-            Ok(text) => parse_line(text.trim_start_matches('\u{feff}'), format)
-                .map_err(|problem| (text.trim().to_owned(), problem)),
-            Err(_) => Err((
-                String::from_utf8_lossy(raw).trim().to_owned(),
-                LineProblem::NotUtf8,
-            )),
-        };
-        match parsed {
-            Ok(Some((net, comment))) => entries.push(ListedNet { net, comment, line }),
-            Ok(None) => {}
-            Err((text, problem)) => invalid.push(LineError {
-                source_name: source_name.to_owned(),
-                line,
-                text,
-                problem,
-            }),
-        }
-    }
-    if !invalid.is_empty() && !options.skip_invalid {
-        return Err(ListError::InvalidLines(invalid));
-    }
-    Ok(ParsedList {
-        source: source_name.to_owned(),
-        format,
-        entries,
-        skipped: invalid,
-    })
+    parse_reader(bytes, source_name, options)
 }
 
-/// The first [`DETECTION_LINES`] lines of a list (at most).
-fn head(bytes: &[u8]) -> &[u8] {
-    let end = bytes
-        .iter()
-        .enumerate()
-        .filter(|&(_, &byte)| byte == b'\n')
-        .nth(DETECTION_LINES - 1)
-        .map_or(bytes.len(), |(index, _)| index);
-    &bytes[..end]
+/// Parses a list read from `reader` one line at a time; `source_name`
+/// names it in errors and entries (`-` for standard input).
+pub fn parse_reader(
+    mut reader: impl BufRead,
+    source_name: &str,
+    options: ParseOptions,
+) -> Result<ParsedList, ListError> {
+    let mut head = Vec::new();
+    let mut line = Vec::new();
+    let mut lines = LineReader::new(source_name);
+    while head.len() < DETECTION_LINES && lines.next(&mut reader, &mut line)? {
+        head.push(std::mem::take(&mut line));
+    }
+    let format = options.format.unwrap_or_else(|| {
+        let text: Vec<_> = head
+            .iter()
+            .map(|line| String::from_utf8_lossy(line))
+            .collect();
+        ListFormat::detect(source_name, &text.join("\n"))
+    });
+    let mut list = ListParser::new(source_name, format, options);
+    for (index, raw) in head.iter().enumerate() {
+        list.line(index + 1, raw)?;
+    }
+    while lines.next(&mut reader, &mut line)? {
+        list.line(lines.number, &line)?;
+    }
+    list.finish()
+}
+
+/// Reads the lines of a list, each at most [`MAX_LINE_BYTES`] long.
+struct LineReader<'a> {
+    source_name: &'a str,
+    /// The 1-based number of the line read last.
+    number: usize,
+}
+
+impl<'a> LineReader<'a> {
+    fn new(source_name: &'a str) -> Self {
+        Self {
+            source_name,
+            number: 0,
+        }
+    }
+
+    /// Reads the next line into `line` (without its `\n`); false at the end
+    /// of the input.
+    fn next(&mut self, reader: &mut impl BufRead, line: &mut Vec<u8>) -> Result<bool, ListError> {
+        line.clear();
+        let read = Read::take(reader, MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', line)
+            .map_err(|error| ListError::Read {
+                source_name: self.source_name.to_owned(),
+                error,
+            })?;
+        if read == 0 {
+            return Ok(false);
+        }
+        self.number += 1;
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        } else if line.len() > MAX_LINE_BYTES {
+            return Err(ListError::LineTooLong {
+                source_name: self.source_name.to_owned(),
+                line: self.number,
+                text: text::excerpt(&String::from_utf8_lossy(line)),
+            });
+        }
+        Ok(true)
+    }
+}
+
+/// The entries and invalid lines of a list being parsed.
+struct ListParser<'a> {
+    source_name: &'a str,
+    format: ListFormat,
+    options: ParseOptions,
+    entries: Vec<ListedNet>,
+    invalid: Vec<LineError>,
+    invalid_count: usize,
+}
+
+impl<'a> ListParser<'a> {
+    fn new(source_name: &'a str, format: ListFormat, options: ParseOptions) -> Self {
+        Self {
+            source_name,
+            format,
+            options,
+            entries: Vec::new(),
+            invalid: Vec::new(),
+            invalid_count: 0,
+        }
+    }
+
+    /// Parses line `number`.
+    fn line(&mut self, number: usize, raw: &[u8]) -> Result<(), ListError> {
+        let (text, parsed) = match std::str::from_utf8(raw) {
+            Ok(text) => (
+                Cow::Borrowed(text),
+                parse_line(text.trim_start_matches('\u{feff}'), self.format),
+            ),
+            Err(_) => (String::from_utf8_lossy(raw), Err(LineProblem::NotUtf8)),
+        };
+        match parsed {
+            Ok(Some((net, comment))) => {
+                if self.entries.len() == self.options.max_entries {
+                    return Err(ListError::TooManyEntries {
+                        source_name: self.source_name.to_owned(),
+                        line: number,
+                        max: self.options.max_entries,
+                    });
+                }
+                self.entries.push(ListedNet {
+                    net,
+                    comment,
+                    line: number,
+                });
+            }
+            Ok(None) => {}
+            Err(problem) => {
+                self.invalid_count += 1;
+                if self.invalid.len() < MAX_REPORTED_LINES {
+                    self.invalid.push(LineError {
+                        source_name: self.source_name.to_owned(),
+                        line: number,
+                        text: text::excerpt(text.trim()),
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ParsedList, ListError> {
+        if self.invalid_count > 0 && !self.options.skip_invalid {
+            return Err(ListError::InvalidLines {
+                errors: self.invalid,
+                count: self.invalid_count,
+            });
+        }
+        Ok(ParsedList {
+            source: self.source_name.to_owned(),
+            format: self.format,
+            entries: self.entries,
+            skipped: self.invalid,
+            skipped_count: self.invalid_count,
+        })
+    }
 }
 
 /// One line: `None` for a blank or comment line, else the entry and its
@@ -361,7 +546,10 @@ fn parse_line(
     }
     let comment = match (format, comment) {
         (ListFormat::Netset, Some(_)) => return Err(LineProblem::TrailingText { format }),
-        (_, comment) => comment.filter(|text| !text.is_empty()).map(str::to_owned),
+        (_, comment) => {
+            let comment = text::unescape(comment.unwrap_or_default());
+            text::check_comment(&comment)?.map(str::to_owned)
+        }
     };
     if body.split_whitespace().nth(1).is_some() {
         return Err(LineProblem::TrailingText { format });
@@ -379,14 +567,14 @@ mod tests {
             "test.list",
             ParseOptions {
                 format,
-                skip_invalid: false,
+                ..ParseOptions::default()
             },
         )
     }
 
     fn invalid_lines(result: Result<ParsedList, ListError>) -> Vec<LineError> {
         match result {
-            Err(ListError::InvalidLines(errors)) => errors,
+            Err(ListError::InvalidLines { errors, .. }) => errors,
             other => panic!("expected invalid lines, got {other:?}"),
         }
     }
@@ -496,8 +684,8 @@ mod tests {
              line): '198.18.0.0/15 oops' (and 1 more invalid line)"
         );
         let skipping = ParseOptions {
-            format: None,
             skip_invalid: true,
+            ..ParseOptions::default()
         };
         let list = parse_bytes(text, "feed.txt", skipping).unwrap();
         assert_eq!(list.entries.len(), 2);

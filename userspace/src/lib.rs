@@ -1,37 +1,68 @@
-//! Userspace side of the XDP blocklist: load the eBPF program, attach it to
-//! interfaces, pin it, and keep its filter, allowlist and config current.
+//! The userspace side of the cuckoo-filter blocklist, and the library
+//! behind `cfctl`.
 //!
-//! * [`loader`]: load, attach (native or SKB), detach, pin and reopen the
-//!   program's maps; config, prefix lengths, allowlist, counters, and the
-//!   atomic whole-filter swap. Its documentation explains the map design.
-//! * [`blocklist`]: parse FireHOL, Spamhaus and plain blocklist files.
-//! * [`store`]: the persisted, transactional set of entries and settings.
-//! * [`plan`]: entries to reference-counted filter keys, exact add/delete
-//!   diffs and `check`.
-//! * [`device`]: the client of the firmware's serial protocol.
-//! * [`control`]: the control plane behind `cfctl`: store, plan and live
-//!   filter kept in step; attach, detach, updates, check, verify, resize;
-//!   and the same verbs on a device.
-//! * [`filter_table`]: a filter table in BPF map memory that `filter-core`'s
-//!   `CuckooFilter` runs on directly.
-//! * [`mapped`]: mmapped BPF array memory.
-//! * [`preload`]: the outer filter map, created before the object loads.
-//! * [`test_run`]: a safe `BPF_PROG_TEST_RUN` wrapper.
+//! # Rooms
 //!
-//! The filter's bytes, hash and key encoding come from `filter-core`; the
-//! maps' layout from the `blocklist-ebpf` crate's library.
+//! | module | what it owns |
+//! |---|---|
+//! | [`blocklist`] | parsing FireHOL, Spamhaus and plain lists (streamed, bounded) |
+//! | [`text`] | text from outside: its bounds, and escaping for output and export |
+//! | [`store`] | the source of truth: the exact entries and settings, in a crash-safe redb file |
+//! | [`plan`] | entries to reference-counted filter keys: prefix lengths, exact diffs, prefilter bits, `check` |
+//! | [`filter`] | filters built in process memory from keys, for every fingerprint shape |
+//! | [`xdp`] | everything that touches the XDP program and its maps, behind [`xdp::LiveFilter`] and [`xdp::PinDir`] |
+//! | [`device`] | the client of the firmware's serial protocol |
+//! | [`control`] | the control plane: moves entries from a source through the store and the plan to a live filter or a device |
+//!
+//! Imports run one way: `control` uses `store`, `plan`, `filter`, `xdp` and
+//! `device`; `xdp` and `device` use `plan` and `filter`; those use
+//! `filter-core` and the map ABI (`blocklist-ebpf`). `cfctl` (the binary)
+//! parses the command line, calls `control` and prints reports.
+//!
+//! # How an update flows
+//!
+//! ```text
+//! CLI arguments, a list file     (blocklist, text)
+//!        |
+//!        v
+//! store transaction              (store: the change recorded, not committed)
+//!        |
+//!        v
+//! key plan -> exact diff         (plan: keys whose reference count left or reached zero)
+//!        |
+//!        v
+//! live filter: inserts           (xdp::LiveFilter, before the commit)
+//!        |
+//!        v
+//! commit                         (store)
+//!        |
+//!        v
+//! live filter: removes, bits     (xdp::LiveFilter, after the commit)
+//! ```
+//!
+//! so the live filter always holds every key the committed store needs
+//! (`control::update` explains the order and the crash marker). A device
+//! takes a whole filter built by [`filter`] as a snapshot, or single keys.
+//!
+//! # Where a new source of entries plugs in
+//!
+//! A source (the command line, a file, an HTTP feed, a CrowdSec Local API)
+//! only differs in how entries arrive: it produces [`store::NewEntry`]
+//! values and hands them to [`control::Control::change`], which runs the
+//! path above. It never touches the store's tables, the plan or the maps
+//! itself.
 
 pub mod blocklist;
 pub mod control;
 pub mod device;
-pub mod filter_table;
-pub mod loader;
-pub mod mapped;
+pub mod filter;
 pub mod plan;
-pub mod preload;
+pub mod setting_names;
 pub mod store;
-pub mod test_run;
+pub mod text;
+pub mod xdp;
 
-pub use blocklist_ebpf::{Family, FilterProfile, FilterShape, Outcome};
-pub use filter_table::FilterTable;
-pub use loader::{AttachMode, Blocklist, BlocklistMaps, LoadOptions, MatchAddress};
+pub use blocklist_ebpf::{
+    Family, FilterProfile, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy,
+    Setting,
+};

@@ -103,19 +103,28 @@ impl PlanLimits {
     }
 }
 
-/// The family of a network.
-pub fn family_of(net: &IpNet) -> AddressFamily {
-    match net {
-        IpNet::V4(_) => AddressFamily::Ipv4,
-        IpNet::V6(_) => AddressFamily::Ipv6,
-    }
-}
-
-fn family_of_address(address: &IpAddr) -> AddressFamily {
+/// The family of an address.
+pub fn family_of_address(address: IpAddr) -> AddressFamily {
     match address {
         IpAddr::V4(_) => AddressFamily::Ipv4,
         IpAddr::V6(_) => AddressFamily::Ipv6,
     }
+}
+
+/// The family of a network.
+pub fn family_of(net: &IpNet) -> AddressFamily {
+    family_of_address(net.addr())
+}
+
+/// The prefixes of `address` at each of `lengths` (those longer than the
+/// address are skipped).
+pub fn prefixes_of(
+    address: IpAddr,
+    lengths: impl IntoIterator<Item = u8>,
+) -> impl Iterator<Item = IpNet> {
+    lengths
+        .into_iter()
+        .filter_map(move |len| IpNet::new(address, len).ok().map(|net| net.trunc()))
 }
 
 /// "IPv4" or "IPv6".
@@ -536,7 +545,7 @@ impl KeyPlan {
     }
 
     /// Every filter key, in no particular order, to fill a new filter.
-    pub fn keys(&self) -> impl Iterator<Item = &NetKey> {
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &NetKey> {
         self.key_refs.keys()
     }
 
@@ -667,7 +676,7 @@ impl KeyPlan {
 
     /// The keys the XDP program probes for `address`, in probe order.
     pub fn probe_keys(&self, address: IpAddr) -> Vec<NetKey> {
-        let family = family_of_address(&address);
+        let family = family_of_address(address);
         let bits = address_bits(&address);
         self.lengths
             .get(family)
@@ -678,10 +687,8 @@ impl KeyPlan {
 
     /// The entries that contain `address`, longest first.
     pub fn covering_entries(&self, address: IpAddr) -> Vec<IpNet> {
-        let max = family_of_address(&address).max_prefix_len();
-        (0..=max)
-            .rev()
-            .filter_map(|len| IpNet::new(address, len).ok().map(|net| net.trunc()))
+        let max = family_of_address(address).max_prefix_len();
+        prefixes_of(address, (0..=max).rev())
             .filter(|net| self.entries.contains(net))
             .collect()
     }

@@ -22,6 +22,19 @@
 //! | `sources`   | source id `u32`     | source name (file path as given, or `-`)  |
 //! | `settings`  | `"filter"`          | [`FilterSettings`] as JSON                |
 //!
+//! # Damage
+//!
+//! redb checks the structure of every page it reads and keeps a checksum
+//! of every page. A store that was damaged outside redb (a disk error,
+//! another program writing to it) can make redb fail or panic; every
+//! operation here turns either into [`StoreError::Damaged`], which names
+//! the file and how to recover. [`Store::check_integrity`] verifies every
+//! page's checksum, so it also finds damage that still reads as valid
+//! entries (a flipped byte in an address); the control plane runs it where
+//! the store is about to become the whole live filter (`attach`) and in
+//! `verify`. Other commands trust the page-structure checks, which cost
+//! nothing extra.
+//!
 //! The two lists ([`ListKind`]) hold the same kind of entries. A network key
 //! is the family (4 or 6), the 16-byte address (IPv4 in the first 4 bytes)
 //! and the prefix length, so entries iterate IPv4 first, in address order.
@@ -39,6 +52,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -50,8 +64,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::blocklist::ParsedList;
-use crate::loader::{MatchAddress, Mode, Policy};
 use crate::plan::PlanLimits;
+use crate::{MatchAddress, Mode, Policy};
 
 /// The schema version this code reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -123,12 +137,19 @@ pub enum StoreError {
         /// The version found.
         found: u64,
     },
-    /// A record cannot be decoded.
-    #[error("the state store {} is corrupt: {what}", .path.display())]
-    Corrupt {
+    /// The file is damaged: redb found a bad page, failed a checksum, or
+    /// panicked reading it, or a record cannot be decoded.
+    #[error(
+        "the state store {path} is damaged ({what}), so cfctl will not use it; the live \
+         filter keeps what it holds. Keep the file for inspection and start again from your \
+         last `cfctl export` backup: `mv {path} {path}.damaged`, then \
+         `cfctl import --replace --force BACKUP`",
+        path = .path.display()
+    )]
+    Damaged {
         /// The store file.
         path: PathBuf,
-        /// What is wrong.
+        /// What redb said.
         what: String,
     },
 }
@@ -145,21 +166,34 @@ pub struct FilterSettings {
     /// Hash seed of the filter.
     pub seed: u64,
     /// Which address of a packet is matched.
-    #[serde(with = "MatchAddressName")]
+    #[serde(with = "crate::setting_names")]
     pub match_address: MatchAddress,
     /// Drop, or only count.
-    #[serde(with = "ModeName")]
+    #[serde(with = "crate::setting_names")]
     pub mode: Mode,
     /// Drop listed packets, or everything not allowlisted.
-    #[serde(with = "PolicyName")]
+    #[serde(with = "crate::setting_names")]
     pub policy: Policy,
     /// Probe budgets and key limit of the prefix plan.
     pub plan_limits: PlanLimits,
+    /// This store's id, written into the live filter built from it so that
+    /// a filter and its store recognise each other; zero until a filter is
+    /// first built.
+    pub store_id: u64,
+}
+
+impl FilterSettings {
+    /// Gives the store an id if it has none yet.
+    pub fn claim_store_id(&mut self) {
+        while self.store_id == 0 {
+            self.store_id = crate::filter::random_seed();
+        }
+    }
 }
 
 impl Default for FilterSettings {
     /// 1 Mi keys, 16-bit fingerprints, seed 0 (choose one when building),
-    /// source matching, enforce, deny, default plan limits.
+    /// source matching, enforce, deny, default plan limits, no id yet.
     fn default() -> Self {
         Self {
             capacity: 1 << 20,
@@ -169,32 +203,9 @@ impl Default for FilterSettings {
             mode: Mode::Enforce,
             policy: Policy::Deny,
             plan_limits: PlanLimits::default(),
+            store_id: 0,
         }
     }
-}
-
-/// Names of [`MatchAddress`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "MatchAddress", rename_all = "lowercase")]
-enum MatchAddressName {
-    Source,
-    Destination,
-}
-
-/// Names of [`Mode`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Mode", rename_all = "lowercase")]
-enum ModeName {
-    Enforce,
-    Monitor,
-}
-
-/// Names of [`Policy`] in stored settings.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Policy", rename_all = "lowercase")]
-enum PolicyName {
-    Deny,
-    Allow,
 }
 
 /// An entry to add.
@@ -272,24 +283,63 @@ impl Store {
     /// The store's file name inside the state directory.
     pub const FILE_NAME: &'static str = "cfctl.redb";
 
-    /// Opens the store in `state_dir`, creating the directory and an empty
-    /// store if needed, and recovering from an interrupted transaction.
+    /// Opens the store in `state_dir`, creating the directory (mode 0700)
+    /// and an empty store (mode 0600) if needed, whatever the umask, and
+    /// recovering from an interrupted transaction.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        fs::create_dir_all(state_dir).map_err(|source| StoreError::CreateDir {
-            path: state_dir.to_owned(),
-            source,
-        })?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state_dir)
+            .map_err(|source| StoreError::CreateDir {
+                path: state_dir.to_owned(),
+                source,
+            })?;
         let path = state_dir.join(Self::FILE_NAME);
-        let db = Database::create(&path).map_err(|error| match error {
+        let database_error = |error: DatabaseError| match error {
             DatabaseError::DatabaseAlreadyOpen => StoreError::Busy { path: path.clone() },
-            other => StoreError::Database {
-                path: path.clone(),
-                source: other.into(),
-            },
-        })?;
+            other => store_error(&path, other),
+        };
+        // Created here with its mode, so that redb finds an empty file to
+        // start a store in.
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(database_error(DatabaseError::Storage(error.into()))),
+        }
+        let db = guarded(&path, || Database::create(&path).map_err(database_error))?;
         let store = Self { db, path };
-        store.initialise()?;
+        store.guarded(|| store.initialise())?;
         Ok(store)
+    }
+
+    /// Runs `operation`, turning a panic inside redb into
+    /// [`StoreError::Damaged`].
+    fn guarded<T>(
+        &self,
+        operation: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        guarded(&self.path, operation)
+    }
+
+    /// Verifies every page of the store against its checksum (reads the
+    /// whole file); [`StoreError::Damaged`] if one fails.
+    pub fn check_integrity(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let db = &mut self.db;
+        guarded(&path, || match db.check_integrity() {
+            // `false`: the allocator state was rebuilt, no data lost.
+            Ok(_) => Ok(()),
+            Err(error) => Err(StoreError::Damaged {
+                path: path.clone(),
+                what: error.to_string(),
+            }),
+        })
     }
 
     /// Creates the tables of a new store, or checks the schema version of
@@ -353,7 +403,7 @@ impl Store {
     }
 
     fn corrupt(&self, what: String) -> StoreError {
-        StoreError::Corrupt {
+        StoreError::Damaged {
             path: self.path.clone(),
             what,
         }
@@ -362,51 +412,59 @@ impl Store {
     /// Starts a write transaction (waits for one of this process's own to
     /// end).
     pub fn begin(&self) -> Result<StoreTransaction<'_>, StoreError> {
-        let txn = self.db.begin_write().in_store(self)?;
-        let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-        Ok(StoreTransaction {
-            store: self,
-            txn,
-            now: unix_seconds(SystemTime::now()),
-            sources: SourceIds::from_names(names),
+        self.guarded(|| {
+            let txn = self.db.begin_write().in_store(self)?;
+            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            Ok(StoreTransaction {
+                store: self,
+                txn,
+                now: unix_seconds(SystemTime::now()),
+                sources: SourceIds::from_names(names),
+            })
         })
     }
 
     /// Every entry of `list`, IPv4 first, in address order.
     pub fn entries(&self, list: ListKind) -> Result<Vec<Entry>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        let mut entries = Vec::with_capacity(table.len().in_store(self)? as usize);
-        for row in table.iter().in_store(self)? {
-            let (key, value) = row.in_store(self)?;
-            entries.push(self.decode_entry(&key.value(), value.value(), &sources)?);
-        }
-        Ok(entries)
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            let mut entries = Vec::with_capacity(table.len().in_store(self)? as usize);
+            for row in table.iter().in_store(self)? {
+                let (key, value) = row.in_store(self)?;
+                entries.push(self.decode_entry(&key.value(), value.value(), &sources)?);
+            }
+            Ok(entries)
+        })
     }
 
     /// The networks of every entry of `list`, IPv4 first, in address order.
     pub fn nets(&self, list: ListKind) -> Result<Vec<IpNet>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        let mut nets = Vec::with_capacity(table.len().in_store(self)? as usize);
-        for row in table.iter().in_store(self)? {
-            let (key, _) = row.in_store(self)?;
-            nets.push(self.decode_net(&key.value())?);
-        }
-        Ok(nets)
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            let mut nets = Vec::with_capacity(table.len().in_store(self)? as usize);
+            for row in table.iter().in_store(self)? {
+                let (key, _) = row.in_store(self)?;
+                nets.push(self.decode_net(&key.value())?);
+            }
+            Ok(nets)
+        })
     }
 
     /// The entry of `list` for exactly `net`, if listed.
     pub fn entry(&self, list: ListKind, net: &IpNet) -> Result<Option<Entry>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        let Some(value) = table.get(encode_net(net)).in_store(self)? else {
-            return Ok(None);
-        };
-        let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-        self.decode_entry(&encode_net(net), value.value(), &sources)
-            .map(Some)
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            let Some(value) = table.get(encode_net(net)).in_store(self)? else {
+                return Ok(None);
+            };
+            let sources = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            self.decode_entry(&encode_net(net), value.value(), &sources)
+                .map(Some)
+        })
     }
 
     /// Those of `nets` that are entries of `list`, looked up in one read
@@ -416,51 +474,59 @@ impl Store {
         list: ListKind,
         nets: impl IntoIterator<Item = IpNet>,
     ) -> Result<Vec<IpNet>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        let mut found = Vec::new();
-        for net in nets {
-            if table.get(encode_net(&net)).in_store(self)?.is_some() {
-                found.push(net);
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            let mut found = Vec::new();
+            for net in nets {
+                if table.get(encode_net(&net)).in_store(self)?.is_some() {
+                    found.push(net);
+                }
             }
-        }
-        Ok(found)
+            Ok(found)
+        })
     }
 
     /// The networks of `list` whose address lies inside `within` (of any
     /// prefix length, `within` itself included), in address order.
     pub fn nets_within(&self, list: ListKind, within: &IpNet) -> Result<Vec<IpNet>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        let mut first = encode_net(within);
-        first[17] = 0;
-        let mut last = encode_net(&IpNet::from(within.broadcast()));
-        last[17] = u8::MAX;
-        let mut nets = Vec::new();
-        for row in table.range(first..=last).in_store(self)? {
-            let (key, _) = row.in_store(self)?;
-            nets.push(self.decode_net(&key.value())?);
-        }
-        Ok(nets)
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            let mut first = encode_net(within);
+            first[17] = 0;
+            let mut last = encode_net(&IpNet::from(within.broadcast()));
+            last[17] = u8::MAX;
+            let mut nets = Vec::new();
+            for row in table.range(first..=last).in_store(self)? {
+                let (key, _) = row.in_store(self)?;
+                nets.push(self.decode_net(&key.value())?);
+            }
+            Ok(nets)
+        })
     }
 
     /// The number of entries of `list`.
     pub fn entry_count(&self, list: ListKind) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(list.table()).in_store(self)?;
-        table.len().in_store(self)
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(list.table()).in_store(self)?;
+            table.len().in_store(self)
+        })
     }
 
     /// The filter settings, if any were stored.
     pub fn settings(&self) -> Result<Option<FilterSettings>, StoreError> {
-        let txn = self.db.begin_read().in_store(self)?;
-        let table = txn.open_table(SETTINGS).in_store(self)?;
-        let Some(json) = table.get(FILTER_SETTINGS_KEY).in_store(self)? else {
-            return Ok(None);
-        };
-        serde_json::from_str(json.value())
-            .map(Some)
-            .map_err(|error| self.corrupt(format!("filter settings: {error}")))
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(SETTINGS).in_store(self)?;
+            let Some(json) = table.get(FILTER_SETTINGS_KEY).in_store(self)? else {
+                return Ok(None);
+            };
+            serde_json::from_str(json.value())
+                .map(Some)
+                .map_err(|error| self.corrupt(format!("filter settings: {error}")))
+        })
     }
 
     fn source_names(
@@ -544,35 +610,38 @@ impl StoreTransaction<'_> {
         list: ListKind,
         entries: impl IntoIterator<Item = NewEntry<'a>>,
     ) -> Result<AddReport, StoreError> {
-        let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-        let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
-        let mut report = AddReport::default();
-        for entry in entries {
-            let key = encode_net(&entry.net);
-            let source = self
-                .sources
-                .id(&mut sources, entry.source)
-                .in_store(self.store)?;
-            let previous = table
-                .insert(key, (source, entry.comment, self.now))
-                .in_store(self.store)?
-                .map(|record| {
-                    let (source, comment, added) = record.value();
-                    (source, comment.map(str::to_owned), added)
-                });
-            match previous {
-                // Listed already: put its record back (rare, so the common
-                // case needs one B-tree walk, not two).
-                Some((source, comment, added)) => {
-                    table
-                        .insert(key, (source, comment.as_deref(), added))
-                        .in_store(self.store)?;
-                    report.already_listed.push(entry.net);
+        let store = self.store;
+        store.guarded(|| {
+            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
+            let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
+            let mut report = AddReport::default();
+            for entry in entries {
+                let key = encode_net(&entry.net);
+                let source = self
+                    .sources
+                    .id(&mut sources, entry.source)
+                    .in_store(self.store)?;
+                let previous = table
+                    .insert(key, (source, entry.comment, self.now))
+                    .in_store(self.store)?
+                    .map(|record| {
+                        let (source, comment, added) = record.value();
+                        (source, comment.map(str::to_owned), added)
+                    });
+                match previous {
+                    // Listed already: put its record back (rare, so the common
+                    // case needs one B-tree walk, not two).
+                    Some((source, comment, added)) => {
+                        table
+                            .insert(key, (source, comment.as_deref(), added))
+                            .in_store(self.store)?;
+                        report.already_listed.push(entry.net);
+                    }
+                    None => report.added.push(entry.net),
                 }
-                None => report.added.push(entry.net),
             }
-        }
-        Ok(report)
+            Ok(report)
+        })
     }
 
     /// Deletes entries of `list` by network.
@@ -581,20 +650,23 @@ impl StoreTransaction<'_> {
         list: ListKind,
         nets: impl IntoIterator<Item = IpNet>,
     ) -> Result<DeleteReport, StoreError> {
-        let mut report = DeleteReport::default();
-        let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-        for net in nets {
-            if table
-                .remove(encode_net(&net))
-                .in_store(self.store)?
-                .is_some()
-            {
-                report.deleted.push(net);
-            } else {
-                report.missing.push(net);
+        let store = self.store;
+        store.guarded(|| {
+            let mut report = DeleteReport::default();
+            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
+            for net in nets {
+                if table
+                    .remove(encode_net(&net))
+                    .in_store(self.store)?
+                    .is_some()
+                {
+                    report.deleted.push(net);
+                } else {
+                    report.missing.push(net);
+                }
             }
-        }
-        Ok(report)
+            Ok(report)
+        })
     }
 
     /// Replaces the whole of `list` with `entries` (later duplicates
@@ -604,66 +676,73 @@ impl StoreTransaction<'_> {
         list: ListKind,
         entries: impl IntoIterator<Item = NewEntry<'a>>,
     ) -> Result<ReplaceReport, StoreError> {
-        // Time added of every old entry; then start from an empty table.
-        let mut old: HashMap<NetBytes, u64> = HashMap::new();
-        {
-            let table = self.txn.open_table(list.table()).in_store(self.store)?;
-            for row in table.iter().in_store(self.store)? {
-                let (key, value) = row.in_store(self.store)?;
-                old.insert(key.value(), value.value().2);
+        let store = self.store;
+        store.guarded(|| {
+            // Time added of every old entry; then start from an empty table.
+            let mut old: HashMap<NetBytes, u64> = HashMap::new();
+            {
+                let table = self.txn.open_table(list.table()).in_store(self.store)?;
+                for row in table.iter().in_store(self.store)? {
+                    let (key, value) = row.in_store(self.store)?;
+                    old.insert(key.value(), value.value().2);
+                }
             }
-        }
-        self.txn.delete_table(list.table()).in_store(self.store)?;
+            self.txn.delete_table(list.table()).in_store(self.store)?;
 
-        let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
-        let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
-        let mut report = ReplaceReport::default();
-        for entry in entries {
-            let key = encode_net(&entry.net);
-            if table.get(key).in_store(self.store)?.is_some() {
-                continue;
+            let mut table = self.txn.open_table(list.table()).in_store(self.store)?;
+            let mut sources = self.txn.open_table(SOURCES).in_store(self.store)?;
+            let mut report = ReplaceReport::default();
+            for entry in entries {
+                let key = encode_net(&entry.net);
+                if table.get(key).in_store(self.store)?.is_some() {
+                    continue;
+                }
+                let added = match old.remove(&key) {
+                    Some(added) => {
+                        report.kept += 1;
+                        added
+                    }
+                    None => {
+                        report.added.push(entry.net);
+                        self.now
+                    }
+                };
+                let source = self
+                    .sources
+                    .id(&mut sources, entry.source)
+                    .in_store(self.store)?;
+                table
+                    .insert(key, (source, entry.comment, added))
+                    .in_store(self.store)?;
             }
-            let added = match old.remove(&key) {
-                Some(added) => {
-                    report.kept += 1;
-                    added
-                }
-                None => {
-                    report.added.push(entry.net);
-                    self.now
-                }
-            };
-            let source = self
-                .sources
-                .id(&mut sources, entry.source)
-                .in_store(self.store)?;
-            table
-                .insert(key, (source, entry.comment, added))
-                .in_store(self.store)?;
-        }
-        let mut removed: Vec<NetBytes> = old.into_keys().collect();
-        removed.sort_unstable();
-        report.removed = removed
-            .iter()
-            .map(|key| self.store.decode_net(key))
-            .collect::<Result<_, _>>()?;
-        Ok(report)
+            let mut removed: Vec<NetBytes> = old.into_keys().collect();
+            removed.sort_unstable();
+            report.removed = removed
+                .iter()
+                .map(|key| self.store.decode_net(key))
+                .collect::<Result<_, _>>()?;
+            Ok(report)
+        })
     }
 
     /// Writes the filter settings.
     pub fn set_settings(&mut self, settings: &FilterSettings) -> Result<(), StoreError> {
-        let json = serde_json::to_string(settings)
-            .map_err(|error| self.store.corrupt(format!("filter settings: {error}")))?;
-        let mut table = self.txn.open_table(SETTINGS).in_store(self.store)?;
-        table
-            .insert(FILTER_SETTINGS_KEY, json.as_str())
-            .in_store(self.store)?;
-        Ok(())
+        let store = self.store;
+        store.guarded(|| {
+            let json = serde_json::to_string(settings)
+                .map_err(|error| self.store.corrupt(format!("filter settings: {error}")))?;
+            let mut table = self.txn.open_table(SETTINGS).in_store(self.store)?;
+            table
+                .insert(FILTER_SETTINGS_KEY, json.as_str())
+                .in_store(self.store)?;
+            Ok(())
+        })
     }
 
     /// Makes every change of the transaction durable, atomically.
     pub fn commit(self) -> Result<(), StoreError> {
-        self.txn.commit().in_store(self.store)
+        let store = self.store;
+        store.guarded(|| self.txn.commit().in_store(store))
     }
 }
 
@@ -674,11 +753,54 @@ trait InStore<T> {
 
 impl<T, E: Into<redb::Error>> InStore<T> for Result<T, E> {
     fn in_store(self, store: &Store) -> Result<T, StoreError> {
-        self.map_err(|error| StoreError::Database {
-            path: store.path.clone(),
-            source: error.into(),
-        })
+        self.map_err(|error| store_error(&store.path, error))
     }
+}
+
+/// A redb error of the store at `path`: [`StoreError::Damaged`] when redb
+/// found the file corrupt or unreadable as a database, else
+/// [`StoreError::Database`].
+fn store_error(path: &Path, error: impl Into<redb::Error>) -> StoreError {
+    match error.into() {
+        redb::Error::Corrupted(what) => StoreError::Damaged {
+            path: path.to_owned(),
+            what,
+        },
+        redb::Error::Io(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            StoreError::Damaged {
+                path: path.to_owned(),
+                what: error.to_string(),
+            }
+        }
+        source => StoreError::Database {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// Runs `operation` on the store at `path`, turning a panic (redb panics
+/// on some damaged files) into [`StoreError::Damaged`].
+fn guarded<T>(
+    path: &Path,
+    operation: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(operation)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|message| (*message).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "redb panicked".to_owned());
+        Err(StoreError::Damaged {
+            path: path.to_owned(),
+            what: format!("redb: {what}"),
+        })
+    })
 }
 
 fn unix_seconds(time: SystemTime) -> u64 {

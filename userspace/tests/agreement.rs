@@ -10,17 +10,18 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
+use std::collections::HashSet;
+
 use common::{blocklist_with, net_key, udp_frame, Tags, SEED};
 use filter_core::layout::locate;
 use filter_core::{AddressFamily, CuckooFilter, Fingerprint, KeyHash, NetKey};
 use ipnet::IpNet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use userspace::control::tables;
-use userspace::loader::filter_profile;
-use userspace::plan::{KeyPlan, PlanLimits};
-use userspace::test_run::XdpAction;
-use userspace::Blocklist;
+use userspace::plan::{ActiveLengths, KeyPlan, PlanLimits};
+use userspace::xdp::maps::filter_profile;
+use userspace::xdp::test_run::XdpAction;
+use userspace::xdp::{Blocklist, FilterTable};
 
 /// One `net:` row of filter-core/tests/vectors.csv.
 struct Vector {
@@ -80,7 +81,8 @@ fn set_profile(
         IpAddr::V4(_) => (vec![prefix_len], vec![]),
         IpAddr::V6(_) => (vec![], vec![prefix_len]),
     };
-    let profile = filter_profile(seed, bucket_count, &ipv4, &ipv6).expect("a valid profile");
+    let lengths = ActiveLengths::new(&ipv4, &ipv6).expect("valid lengths");
+    let profile = filter_profile(seed, bucket_count, &lengths).expect("a valid profile");
     let maps = blocklist.maps_mut();
     let table = maps.live_table_map().expect("the live table");
     let prefilter = maps.live_prefilter();
@@ -195,21 +197,25 @@ fn program_locates_random_keys_like_filter_core() {
     }
 }
 
-/// Keys of many lengths, a tenth of them IPv6.
+/// Distinct keys of many lengths, a tenth of them IPv6.
 fn random_keys(rng: &mut StdRng, count: usize) -> Vec<NetKey> {
     const IPV4_LENGTHS: [u8; 4] = [32, 24, 20, 16];
     const IPV6_LENGTHS: [u8; 3] = [128, 64, 48];
-    (0..count)
-        .map(|index| {
-            if index % 10 == 0 {
-                let len = IPV6_LENGTHS[rng.random_range(0..IPV6_LENGTHS.len())];
-                net_key(IpAddr::V6(Ipv6Addr::from(rng.random::<u128>())), len)
-            } else {
-                let len = IPV4_LENGTHS[rng.random_range(0..IPV4_LENGTHS.len())];
-                net_key(IpAddr::V4(Ipv4Addr::from(rng.random::<u32>())), len)
-            }
-        })
-        .collect()
+    let mut seen = HashSet::new();
+    let mut keys = Vec::with_capacity(count);
+    while keys.len() < count {
+        let key = if keys.len() % 10 == 0 {
+            let len = IPV6_LENGTHS[rng.random_range(0..IPV6_LENGTHS.len())];
+            net_key(IpAddr::V6(Ipv6Addr::from(rng.random::<u128>())), len)
+        } else {
+            let len = IPV4_LENGTHS[rng.random_range(0..IPV4_LENGTHS.len())];
+            net_key(IpAddr::V4(Ipv4Addr::from(rng.random::<u32>())), len)
+        };
+        if seen.insert(key) {
+            keys.push(key);
+        }
+    }
+    keys
 }
 
 /// filter-core's answer for `address` on the live table: listed at any of
@@ -218,7 +224,7 @@ fn random_keys(rng: &mut StdRng, count: usize) -> Vec<NetKey> {
 /// bits are set in `marked_lengths`, the prefilter byte of its block.
 fn core_says_listed(
     blocklist: &Blocklist,
-    filter: &CuckooFilter<u16, 4, userspace::FilterTable<u16, 4>>,
+    filter: &CuckooFilter<u16, 4, FilterTable<u16, 4>>,
     marked_lengths: u8,
     address: IpAddr,
 ) -> bool {
@@ -285,7 +291,10 @@ fn verdicts_agree_with_filter_core_on_100000_addresses() {
     let keys = random_keys(&mut rng, 12_000);
     let plan = KeyPlan::build(nets_of(&keys), PlanLimits::default()).expect("a plan");
     let mut blocklist = blocklist_with(&[]);
-    tables::install_plan(blocklist.maps_mut(), &plan, SEED).expect("installing the plan");
+    blocklist
+        .live()
+        .install(&plan, SEED)
+        .expect("installing the plan");
     assert_eq!(
         blocklist.maps().live_prefilter(),
         plan.prefilter(),
@@ -347,7 +356,7 @@ fn live_inserts_and_removes_keep_listed_keys_listed() {
     let mut rng = StdRng::seed_from_u64(11);
     let keys = random_keys(&mut rng, 14_000);
     let (initial, added) = keys.split_at(10_000);
-    let mut blocklist = blocklist_with(initial);
+    let mut blocklist = blocklist_with(&nets_of(initial));
     let table = blocklist
         .maps_mut()
         .live_table::<u16, 4>()

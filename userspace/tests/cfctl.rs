@@ -27,10 +27,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use userspace::blocklist::{parse_file, ParseOptions};
-use userspace::control::{Change, Control, NoProgress};
+use userspace::control::{Change, Control, NoProgress, StoreUse};
 use userspace::store::{ListKind, NewEntry};
-use userspace::test_run::{run_xdp, XdpAction};
-use userspace::BlocklistMaps;
+use userspace::xdp::test_run::{run_xdp, XdpAction};
+use userspace::xdp::BlocklistMaps;
 
 fn shared_list(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -103,11 +103,11 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
             "{family} packets dropped"
         );
     }
-    let check = cfctl.json(&["check", &listed_v4]);
+    let check = cfctl.check(&listed_v4);
     assert_eq!(check["verdict"], "listed");
     assert_eq!(check["covering"][0]["comment"], "test peer");
     assert_eq!(
-        cfctl.json(&["check", &network.v4(2).to_string()])["verdict"],
+        cfctl.check(&network.v4(2).to_string())["verdict"],
         "not_listed"
     );
 
@@ -169,7 +169,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
         "--replace",
         path_arg(&shared_list("firehol_level1.netset")),
     ]);
-    let check = cfctl.json(&["check", &unlisted.to_string()]);
+    let check = cfctl.check(&unlisted.to_string());
     assert_eq!(check["verdict"], "listed");
     assert_eq!(check["covering"][0]["net"], "198.18.0.0/15");
     assert!(
@@ -253,8 +253,8 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
         .collect();
     let stop = AtomicBool::new(false);
     let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
-    let mut control =
-        Control::open(cfctl.pin_dir(), cfctl.state_dir()).expect("opening the control plane");
+    let mut control = Control::open(cfctl.pin_dir(), cfctl.state_dir(), StoreUse::Existing)
+        .expect("opening the control plane");
     let mut rng = StdRng::seed_from_u64(0x4a33e7);
     let mut present: Vec<IpNet> = Vec::new();
     let mut operations = 0u64;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use userspace::blocklist::{parse_bytes, ParseOptions};
-use userspace::loader::{MatchAddress, Mode, Policy};
 use userspace::store::{FilterSettings, ListKind, NewEntry, Store, StoreError};
+use userspace::{MatchAddress, Mode, Policy};
 
 fn net(text: &str) -> IpNet {
     text.parse().unwrap()

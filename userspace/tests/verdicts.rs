@@ -11,17 +11,22 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use common::{
-    blocklist_with, expect_verdict, family_of, net_key, require_root, udp_frame, Tags,
-    DESTINATION_MAC, SOURCE_MAC, TARGET_V4,
+    blocklist_with, expect_verdict, family_of, net, require_root, udp_frame, Tags, DESTINATION_MAC,
+    SOURCE_MAC, TARGET_V4,
 };
 use etherparse::{EtherType, Ethernet2Header};
 use filter_core::{AddressFamily, CuckooFilter, NetKey};
 use ipnet::IpNet;
-use userspace::control::tables;
-use userspace::loader::{filter_profile, LoadOptions, LoaderError, MalformedAction, Mode, Policy};
-use userspace::plan::{KeyDiff, KeyPlan, PlanLimits};
-use userspace::test_run::XdpAction::{Drop, Pass};
-use userspace::{Blocklist, Family, FilterShape, FilterTable, MatchAddress, Outcome};
+use userspace::plan::{ActiveLengths, KeyDiff, KeyPlan, PlanLimits};
+use userspace::xdp::maps::filter_profile;
+use userspace::xdp::test_run::XdpAction::{Drop, Pass};
+use userspace::xdp::{Blocklist, FilterTable, LoadOptions, XdpError};
+use userspace::{Family, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy};
+
+/// The plan of `entries` with the default limits.
+fn plan_of(entries: &[IpNet]) -> KeyPlan {
+    KeyPlan::build(entries.iter().copied(), PlanLimits::default()).expect("a plan")
+}
 
 fn v4(text: &str) -> IpAddr {
     IpAddr::V4(text.parse::<Ipv4Addr>().expect("an IPv4 address"))
@@ -49,10 +54,7 @@ fn check(blocklist: &Blocklist, source: IpAddr, tags: Tags, listed: bool) {
 
 #[test]
 fn hits_and_misses_ipv4_and_ipv6() {
-    let blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v6("2001:db8::10"), 128),
-    ]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
     check(&blocklist, v4("198.18.0.10"), Tags::None, true);
     check(&blocklist, v4("198.18.0.11"), Tags::None, false);
     check(&blocklist, v6("2001:db8::10"), Tags::None, true);
@@ -63,18 +65,15 @@ fn hits_and_misses_ipv4_and_ipv6() {
 fn ipv4_and_ipv6_keys_do_not_collide() {
     // 198.18.0.10 is 0xc612000a; the IPv6 address whose first 32 bits are
     // the same, at prefix /32, must not match the IPv4 key, and vice versa.
-    let blocklist = blocklist_with(&[net_key(v4("198.18.0.10"), 32)]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32)]);
     check(&blocklist, v6("c612:a::"), Tags::None, false);
-    let blocklist = blocklist_with(&[net_key(v6("c612:a::"), 32)]);
+    let blocklist = blocklist_with(&[net(v6("c612:a::"), 32)]);
     check(&blocklist, v4("198.18.0.10"), Tags::None, false);
 }
 
 #[test]
 fn one_and_two_vlan_tags() {
-    let blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v6("2001:db8::10"), 128),
-    ]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
     for tags in [Tags::One, Tags::Two] {
         check(&blocklist, v4("198.18.0.10"), tags, true);
         check(&blocklist, v4("198.18.0.11"), tags, false);
@@ -86,12 +85,12 @@ fn one_and_two_vlan_tags() {
 #[test]
 fn hits_at_several_prefix_lengths() {
     let blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.0"), 16),
-        net_key(v4("198.19.128.0"), 24),
-        net_key(v4("198.19.0.7"), 32),
-        net_key(v6("2001:db8:1::"), 48),
-        net_key(v6("2001:db8:2:3::"), 64),
-        net_key(v6("2001:db8:9::9"), 128),
+        net(v4("198.18.0.0"), 16),
+        net(v4("198.19.128.0"), 24),
+        net(v4("198.19.0.7"), 32),
+        net(v6("2001:db8:1::"), 48),
+        net(v6("2001:db8:2:3::"), 64),
+        net(v6("2001:db8:9::9"), 128),
     ]);
     for listed in [
         "198.18.0.1",
@@ -119,8 +118,7 @@ fn hits_at_several_prefix_lengths() {
 
 #[test]
 fn allowlist_wins_over_the_blocklist() {
-    let mut blocklist =
-        blocklist_with(&[net_key(v4("198.18.0.0"), 16), net_key(v6("2001:db8::"), 32)]);
+    let mut blocklist = blocklist_with(&[net(v4("198.18.0.0"), 16), net(v6("2001:db8::"), 32)]);
     blocklist
         .maps_mut()
         .allow(v4("198.18.7.0"), 24)
@@ -176,10 +174,7 @@ fn allowlist_wins_over_the_blocklist() {
 
 #[test]
 fn monitor_mode_passes_and_counts_would_drop() {
-    let blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v6("2001:db8::10"), 128),
-    ]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
     blocklist.maps().set_mode(Mode::Monitor);
     for source in [v4("198.18.0.10"), v6("2001:db8::10")] {
         expect_verdict(
@@ -257,7 +252,7 @@ fn arp_frame() -> Vec<u8> {
 
 #[test]
 fn non_ip_frames_pass() {
-    let blocklist = blocklist_with(&[net_key(v4("198.18.0.10"), 32)]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32)]);
     expect_verdict(
         &blocklist,
         &arp_frame(),
@@ -273,7 +268,7 @@ fn non_ip_frames_pass() {
 
 #[test]
 fn bad_ip_headers_are_malformed() {
-    let blocklist = blocklist_with(&[net_key(v4("198.18.0.10"), 32)]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32)]);
     let frame = udp_frame(v4("198.18.0.10"), Tags::None);
     for version_ihl in [0x44, 0x55, 0x65, 0x4f] {
         // IHL 4 is too short, versions 5 and 6 are wrong, IHL 15 (60 bytes)
@@ -292,10 +287,7 @@ fn bad_ip_headers_are_malformed() {
 /// listed from then on.
 #[test]
 fn every_truncation_of_ipv4_ipv6_and_vlan_frames() {
-    let blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v6("2001:db8::10"), 128),
-    ]);
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
     for malformed_action in [MalformedAction::Pass, MalformedAction::Drop] {
         blocklist.maps().set_malformed_action(malformed_action);
         let malformed_verdict = match malformed_action {
@@ -347,8 +339,8 @@ fn destination_match_mode() {
     };
     let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
     blocklist
-        .maps_mut()
-        .replace_filter::<u16, 4>(options.seed, &[net_key(IpAddr::V4(TARGET_V4), 32)])
+        .live()
+        .install(&plan_of(&[net(IpAddr::V4(TARGET_V4), 32)]), options.seed)
         .expect("filling the filter");
     // Every test frame goes to TARGET_V4, whatever its source.
     check(&blocklist, v4("198.18.0.77"), Tags::None, true);
@@ -361,37 +353,36 @@ fn every_filter_shape_loads_and_matches() {
     for shape in FilterShape::ALL {
         let options = LoadOptions::for_capacity(shape, 100).expect("a small filter");
         let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
-        let keys = [net_key(v4("198.18.3.0"), 24)];
-        let maps = blocklist.maps_mut();
-        match shape {
-            FilterShape::Fingerprint8 => maps.replace_filter::<u8, 8>(options.seed, &keys),
-            FilterShape::Fingerprint16 => maps.replace_filter::<u16, 4>(options.seed, &keys),
-            FilterShape::Fingerprint32 => maps.replace_filter::<u32, 4>(options.seed, &keys),
-        }
-        .expect("filling the filter");
+        blocklist
+            .live()
+            .install(&plan_of(&[net(v4("198.18.3.0"), 24)]), options.seed)
+            .expect("filling the filter");
         check(&blocklist, v4("198.18.3.3"), Tags::One, true);
     }
 }
 
 #[test]
 fn whole_filter_replacement_swaps_keys_and_keeps_the_table_size() {
-    let mut blocklist = blocklist_with(&[net_key(v4("198.18.0.10"), 32)]);
+    let mut blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32)]);
     check(&blocklist, v4("198.18.0.10"), Tags::None, true);
-    let maps = blocklist.maps_mut();
-    maps.replace_filter::<u16, 4>(0x5eed, &[net_key(v6("2001:db8::20"), 128)])
+    blocklist
+        .live()
+        .install(&plan_of(&[net(v6("2001:db8::20"), 128)]), 0x5eed)
         .expect("replacing the filter");
+    let maps = blocklist.maps();
     assert_eq!(maps.live_profile().seed, 0x5eed);
     assert_eq!(maps.live_profile().ipv4_length_count, 0);
     check(&blocklist, v4("198.18.0.10"), Tags::None, false);
     check(&blocklist, v6("2001:db8::20"), Tags::None, true);
     let other_size = FilterTable::<u16, 4>::create(2 * common::BUCKETS).expect("a table");
-    let profile = filter_profile(1, 2 * common::BUCKETS, &[32], &[]).expect("a profile");
+    let lengths = ActiveLengths::new(&[32], &[]).expect("valid lengths");
+    let profile = filter_profile(1, 2 * common::BUCKETS, &lengths).expect("a profile");
     let error = blocklist
         .maps_mut()
         .install(other_size.map(), &profile, &Prefilter::EMPTY)
         .expect_err("a table of another size is refused");
     assert!(
-        matches!(error, LoaderError::TableSize { expected, found } if expected == common::BUCKETS && found == 2 * common::BUCKETS),
+        matches!(error, XdpError::TableSize { expected, found } if expected == common::BUCKETS && found == 2 * common::BUCKETS),
         "unexpected error {error}"
     );
     check(&blocklist, v6("2001:db8::20"), Tags::None, true);
@@ -432,10 +423,7 @@ fn reinstall_with(blocklist: &mut Blocklist, prefilter: &Prefilter) {
 
 #[test]
 fn a_listed_key_in_an_unmarked_block_is_a_counted_miss() {
-    let mut blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v6("2001:db8::10"), 128),
-    ]);
+    let mut blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
     check(&blocklist, v4("198.18.0.10"), Tags::None, true);
     check(&blocklist, v6("2001:db8::10"), Tags::None, true);
     // The keys stay in the table, but no block is marked: the program
@@ -462,10 +450,7 @@ fn a_listed_key_in_an_unmarked_block_is_a_counted_miss() {
 #[test]
 fn only_the_lengths_marked_in_a_block_are_probed() {
     // Active IPv4 lengths [32, 24]: bit 0 is /32, bit 1 is /24.
-    let mut blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v4("198.18.0.0"), 24),
-    ]);
+    let mut blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v4("198.18.0.0"), 24)]);
     assert_eq!(blocklist.maps().live_prefilter().ipv4[0xc612], 0b11);
     check(&blocklist, v4("198.18.0.10"), Tags::None, true);
     check(&blocklist, v4("198.18.0.99"), Tags::None, true);
@@ -487,9 +472,9 @@ fn only_the_lengths_marked_in_a_block_are_probed() {
 #[test]
 fn the_filter_marks_exactly_the_blocks_of_its_keys() {
     let mut blocklist = blocklist_with(&[
-        net_key(v4("198.18.0.10"), 32),
-        net_key(v4("198.19.7.0"), 24),
-        net_key(v6("2001:db8:1::"), 48),
+        net(v4("198.18.0.10"), 32),
+        net(v4("198.19.7.0"), 24),
+        net(v6("2001:db8:1::"), 48),
     ]);
     let prefilter = blocklist.maps().live_prefilter();
     let mut expected = Prefilter::EMPTY;
@@ -505,15 +490,15 @@ fn the_filter_marks_exactly_the_blocks_of_its_keys() {
     check(&blocklist, v6("2001:db8:1:2::3"), Tags::None, true);
     check(&blocklist, v6("2001:db8:2::3"), Tags::None, false);
     blocklist
-        .maps_mut()
-        .replace_filter::<u16, 4>(common::SEED, &[])
+        .live()
+        .install(&plan_of(&[]), common::SEED)
         .expect("emptying the filter");
     assert_eq!(*blocklist.maps().live_prefilter(), Prefilter::EMPTY);
 }
 
 #[test]
 fn keys_shorter_than_a_block_mark_every_block_they_span() {
-    let blocklist = blocklist_with(&[net_key(v4("198.16.0.0"), 14), net_key(v6("2001:db8::"), 30)]);
+    let blocklist = blocklist_with(&[net(v4("198.16.0.0"), 14), net(v6("2001:db8::"), 30)]);
     let prefilter = blocklist.maps().live_prefilter();
     for (block, inside) in ["198.16.0.0", "198.17.0.0", "198.18.0.0", "198.19.0.0"]
         .into_iter()
@@ -552,7 +537,7 @@ fn keys_shorter_than_a_block_mark_every_block_they_span() {
 
 #[test]
 fn ipv6_keys_of_a_sixteenth_or_shorter_mark_every_bit() {
-    let blocklist = blocklist_with(&[net_key(v6("2001::"), 16)]);
+    let blocklist = blocklist_with(&[net(v6("2001::"), 16)]);
     let prefilter = blocklist.maps().live_prefilter();
     assert!(prefilter.ipv6.iter().all(|&mask| mask == 1));
     assert!(prefilter.ipv4.iter().all(|&mask| mask == 0));
@@ -567,8 +552,7 @@ fn ipv6_blocks_are_hashed_not_truncated() {
     // its own block's bit, computed as userspace computes it.
     let (first, second) = (v6_bit(0x2001_0db8, 0), v6_bit(0x2001_0db9, 0));
     assert_ne!(first, second);
-    let mut blocklist =
-        blocklist_with(&[net_key(v6("2001:db8::"), 64), net_key(v6("2001:db9::"), 64)]);
+    let mut blocklist = blocklist_with(&[net(v6("2001:db8::"), 64), net(v6("2001:db9::"), 64)]);
     let mut only_second = Prefilter::EMPTY;
     only_second.set(second);
     reinstall_with(&mut blocklist, &only_second);
@@ -629,7 +613,10 @@ fn live_updates_set_bits_before_keys_and_clear_them_after_the_last_key() {
         PlanLimits::default(),
     )
     .expect("a plan");
-    tables::install_plan(blocklist.maps_mut(), &plan, common::SEED).expect("installing");
+    blocklist
+        .live()
+        .install(&plan, common::SEED)
+        .expect("installing");
     assert_eq!(blocklist.maps().live_prefilter(), plan.prefilter());
     let block = v4_bit("198.19.0.0", 0);
 
@@ -699,11 +686,16 @@ fn control_plane_diffs_set_the_bits_of_new_keys() {
         PlanLimits::default(),
     )
     .expect("a plan");
-    tables::install_plan(blocklist.maps_mut(), &plan, common::SEED).expect("installing");
+    blocklist
+        .live()
+        .install(&plan, common::SEED)
+        .expect("installing");
     let diff = plan
         .update(&nets(&["198.19.5.0/24", "2001:db8::/48"]), &[])
         .expect("an incremental add");
-    tables::apply_diff(blocklist.maps_mut(), &diff).expect("applying");
+    let live = blocklist.live();
+    live.insert(&diff.insert).expect("inserting");
+    live.remove(&diff.remove).expect("removing");
     check(&blocklist, v4("198.19.5.1"), Tags::None, true);
     check(&blocklist, v6("2001:db8::1"), Tags::None, true);
     let live = blocklist.maps().live_prefilter();

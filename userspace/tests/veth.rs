@@ -11,9 +11,11 @@ mod common;
 use std::path::PathBuf;
 
 use common::netns::{check_traffic, ensure_bpffs, PinDir, TestNetwork, DATAGRAMS, PINGS};
-use common::{net_key, require_root};
-use userspace::loader::{attach_pinned_program, detach_pinned, LoadOptions};
-use userspace::{AttachMode, Blocklist, BlocklistMaps, Family, FilterShape, Outcome};
+use common::{net, require_root};
+use userspace::plan::{KeyPlan, PlanLimits};
+use userspace::xdp::program::{attach_pinned_program, detach_pinned};
+use userspace::xdp::{AttachMode, Blocklist, BlocklistMaps, LoadOptions};
+use userspace::{Family, FilterShape, Mode, Outcome};
 
 fn dropped(maps: &BlocklistMaps, family: Family) -> u64 {
     maps.counters()
@@ -27,10 +29,11 @@ fn listing_blocklist(network: &TestNetwork) -> Blocklist {
     let options =
         LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter");
     let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
-    let keys = [net_key(network.v4(3), 32), net_key(network.v6(3), 128)];
+    let entries = [net(network.v4(3), 32), net(network.v6(3), 128)];
+    let plan = KeyPlan::build(entries, PlanLimits::default()).expect("a plan");
     blocklist
-        .maps_mut()
-        .replace_filter::<u16, 4>(options.seed, &keys)
+        .live()
+        .install(&plan, options.seed)
         .expect("filling the filter");
     blocklist
 }
@@ -92,7 +95,7 @@ fn pinned_attachment_outlives_the_loader() {
         DATAGRAMS + PINGS,
         "IPv4 packets dropped"
     );
-    maps.set_mode(userspace::loader::Mode::Monitor);
+    maps.set_mode(Mode::Monitor);
     check_traffic(&network, false);
     assert_eq!(
         maps.counters()
@@ -102,7 +105,7 @@ fn pinned_attachment_outlives_the_loader() {
         DATAGRAMS + PINGS,
         "IPv6 packets that would have been dropped"
     );
-    maps.set_mode(userspace::loader::Mode::Enforce);
+    maps.set_mode(Mode::Enforce);
     detach_pinned(&link_path).expect("detaching the pinned link");
     check_traffic(&network, false);
     assert_eq!(

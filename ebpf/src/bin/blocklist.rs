@@ -29,12 +29,12 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use blocklist_ebpf::{
-    counter_index, malformed_action, mode,
+    counter_index,
     packet::{frame_len, parse, Direction, Frame, Ipv6Address},
-    policy,
     prefilter::Prefilter,
-    Config, Counter, Family, FilterProfile, LocateReport, Outcome, COUNTER_COUNT,
-    DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, MAX_PREFIX_LENGTHS, PROFILE_COUNT,
+    Config, Counter, Family, FilterProfile, LocateReport, MalformedAction, Mode, Outcome, Policy,
+    COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, MAX_PREFIX_LENGTHS,
+    PROFILE_COUNT,
 };
 use filter_core::{
     layout::{bucket_contains, locate},
@@ -195,8 +195,8 @@ fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) 
     let drop = match outcome {
         Outcome::Dropped => true,
         Outcome::Malformed => {
-            read(&config.malformed_action) == malformed_action::DROP
-                && read(&config.mode) == mode::ENFORCE
+            read(&config.malformed_action) == MalformedAction::Drop as u32
+                && read(&config.mode) == Mode::Enforce as u32
         }
         Outcome::Passed | Outcome::WouldDrop | Outcome::Allowlisted | Outcome::NonIp => false,
     };
@@ -219,7 +219,7 @@ fn classify<F: Fingerprint, const S: usize>(
     tables: &Tables<F, S>,
     address: Address,
 ) -> Outcome {
-    let would_drop = if read(&config.policy) == policy::ALLOW {
+    let would_drop = if read(&config.policy) == Policy::Allow as u32 {
         true
     } else {
         listed(config, tables, address)
@@ -228,7 +228,7 @@ fn classify<F: Fingerprint, const S: usize>(
         Outcome::Passed
     } else if allowlisted(config, address) {
         Outcome::Allowlisted
-    } else if read(&config.mode) == mode::MONITOR {
+    } else if read(&config.mode) == Mode::Monitor as u32 {
         Outcome::WouldDrop
     } else {
         Outcome::Dropped

@@ -17,13 +17,13 @@
 //! * `check` asks the device; `status`, `stats` and `save` pass through.
 
 use filter_core::protocol::{self, Info, Item, Prefix, PrefixLengths, Stats};
-use filter_core::{CuckooFilter, Fingerprint};
+use filter_core::Fingerprint;
 use ipnet::IpNet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::tables::by_shape;
 use crate::device::{DeviceClient, DeviceError, LinkTiming, Port};
+use crate::filter::{self, by_shape};
 use crate::plan::{KeyPlan, PlanError, PlanLimits};
 use crate::FilterShape;
 
@@ -158,7 +158,7 @@ impl DeviceControl {
                 })
             }
         };
-        let seed = crate::loader::random_seed();
+        let seed = filter::random_seed();
         let bucket_count = self.info.bucket_count as usize;
         let snapshot =
             by_shape!(shape, snapshot_of(&plan, bucket_count, seed)).ok_or_else(|| {
@@ -278,11 +278,7 @@ fn snapshot_of<F: Fingerprint, const S: usize>(
     bucket_count: usize,
     seed: u64,
 ) -> Option<Vec<u8>> {
-    let mut filter =
-        CuckooFilter::<F, S, _>::with_storage(vec![[F::EMPTY; S]; bucket_count], seed).ok()?;
-    for key in plan.keys() {
-        filter.insert_hash(key.hash(seed)).ok()?;
-    }
+    let filter = filter::build::<F, S>(plan.keys(), bucket_count, seed).ok()?;
     let mut snapshot = vec![0u8; usize::try_from(filter.snapshot_len()).ok()?];
     filter.write_snapshot(&mut snapshot).ok()?;
     Some(snapshot)

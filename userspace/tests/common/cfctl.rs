@@ -79,6 +79,28 @@ impl Cfctl {
         serde_json::from_str(&self.ok(&with_json)).expect("cfctl --json prints JSON")
     }
 
+    /// Runs `cfctl --json check ADDRESS`; returns the report, after checking
+    /// that the exit status gives the same answer (0 listed, 1 not).
+    pub fn check(&self, address: &str) -> serde_json::Value {
+        let output = self.run(&["--json", "check", address]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+                panic!(
+                    "cfctl check {address}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            });
+        let listed = report["covering"]
+            .as_array()
+            .is_some_and(|covering| !covering.is_empty());
+        assert_eq!(
+            output.status.code(),
+            Some(if listed { 0 } else { 1 }),
+            "cfctl check {address}: the exit status contradicts the report {report}"
+        );
+        report
+    }
+
     /// Runs cfctl, which must fail with exactly one line on standard error;
     /// returns that line.
     pub fn fails(&self, args: &[&str]) -> String {

@@ -15,9 +15,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use blocklist_ebpf::Counter;
 use etherparse::{ip_number, IpHeaders, Ipv4Header, Ipv6Header, PacketBuilder, VlanId};
 use filter_core::NetKey;
-use userspace::loader::{Counters, LoadOptions};
-use userspace::test_run::XdpAction;
-use userspace::{Blocklist, Family, FilterShape, Outcome};
+use ipnet::IpNet;
+use userspace::plan::{KeyPlan, PlanLimits};
+use userspace::xdp::test_run::XdpAction;
+use userspace::xdp::{Blocklist, Counters, LoadOptions};
+use userspace::{Family, FilterShape, Outcome, Setting};
 
 /// Fails the test, with a clear message, unless it runs as root (loading
 /// BPF programs needs it; CI runs as root).
@@ -99,9 +101,15 @@ pub fn family_of(address: IpAddr) -> Family {
 pub const BUCKETS: usize = 1 << 12;
 pub const SEED: u64 = 0x0123_4567_89ab_cdef;
 
+/// `address/prefix_len` as an entry.
+pub fn net(address: IpAddr, prefix_len: u8) -> IpNet {
+    IpNet::new(address, prefix_len).expect("a valid prefix length")
+}
+
 /// A loaded blocklist with 16-bit fingerprints, `BUCKETS` buckets, `SEED`,
-/// listing `keys`.
-pub fn blocklist_with(keys: &[NetKey]) -> Blocklist {
+/// listing `entries` as the control plane lists them: planned with the
+/// default limits and installed as a whole table.
+pub fn blocklist_with(entries: &[IpNet]) -> Blocklist {
     require_root();
     let options = LoadOptions {
         seed: SEED,
@@ -109,9 +117,10 @@ pub fn blocklist_with(keys: &[NetKey]) -> Blocklist {
         ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
     };
     let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let plan = KeyPlan::build(entries.iter().copied(), PlanLimits::default()).expect("a plan");
     blocklist
-        .maps_mut()
-        .replace_filter::<u16, 4>(SEED, keys)
+        .live()
+        .install(&plan, SEED)
         .expect("filling the filter");
     blocklist
 }
@@ -147,8 +156,8 @@ pub fn assert_counted(
     family: Family,
     len: usize,
 ) {
-    for counted_outcome in Outcome::ALL {
-        for counted_family in Family::ALL {
+    for &counted_outcome in Outcome::ALL {
+        for &counted_family in Family::ALL {
             let (old, new) = (
                 before.get(counted_outcome, counted_family),
                 after.get(counted_outcome, counted_family),

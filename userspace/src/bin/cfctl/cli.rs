@@ -2,9 +2,13 @@
 //! and shell completions are generated from these definitions).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use userspace::control::{DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
+use userspace::xdp::AttachMode;
+use userspace::{MatchAddress, Mode, Policy, Setting};
 
 const ABOUT: &str = "Keep an XDP cuckoo-filter blocklist (or a filter device) up to date";
 
@@ -41,7 +45,8 @@ Files:
   /var/lib/cfctl        the entry store, cfctl.redb (--state-dir)
 
 Exit status: 0 on success, 1 on any error (one line on standard error), \
-2 for a command line that cannot be parsed.";
+2 for a command line that cannot be parsed. `cfctl check` answers like grep: \
+0 if the address is listed, 1 if not, 2 on error.";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -81,6 +86,12 @@ pub struct GlobalOptions {
     /// Baud rate of a serial device.
     #[arg(long, global = true, value_name = "N", default_value_t = 115_200)]
     pub baud: u32,
+    /// Do what cfctl refuses by default: add 0.0.0.0/0 or ::/0 (every
+    /// address of a family), or rebuild a pinned filter from a store it
+    /// was not built from (another --state-dir, or a store restored from a
+    /// backup), or from an empty store.
+    #[arg(long, global = true)]
+    pub force: bool,
 }
 
 /// The commands.
@@ -115,6 +126,8 @@ pub enum Command {
     ///
     /// Warns when the filter matches an address no entry covers: a false
     /// positive of the approximate filter (packets from it are dropped too).
+    /// Exit status, like grep's: 0 if an entry lists the address, 1 if none
+    /// does, 2 on error.
     Check(CheckArgs),
     /// List the blocklist entries with their source, comment and time added.
     List,
@@ -175,31 +188,17 @@ impl Command {
     }
 }
 
-/// How the program runs on an interface.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// In the driver (fastest; the driver must support XDP).
-    Native,
-    /// In the generic network stack; works on any interface.
-    Skb,
+/// Parses a run-time setting by the name the ABI gives it
+/// ([`Setting::name`]), and offers those names in help and completions.
+fn setting<T: Setting + Clone + Send + Sync + 'static>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|value| value.name()))
+        .map(|name| T::from_name(&name).expect("one of the possible values"))
 }
 
-/// Which address is matched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum MatchArg {
-    /// The source address.
-    Src,
-    /// The destination address.
-    Dst,
-}
-
-/// Which packets are dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PolicyArg {
-    /// Drop packets of listed addresses (unless allowlisted).
-    Deny,
-    /// Drop every IP packet whose address is not allowlisted.
-    Allow,
+/// Parses how the program runs on an interface: `native` or `skb`.
+fn attach_mode() -> impl TypedValueParser<Value = AttachMode> {
+    PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name))
+        .map(|name| AttachMode::from_name(&name).expect("one of the possible values"))
 }
 
 #[derive(Debug, Args)]
@@ -207,9 +206,11 @@ pub struct AttachArgs {
     /// Interfaces to attach to.
     #[arg(required = true, value_name = "IFACE")]
     pub interfaces: Vec<String>,
-    /// Native (driver) or SKB (generic) XDP.
-    #[arg(long, value_enum, default_value_t = ModeArg::Native)]
-    pub mode: ModeArg,
+    /// How the program runs: native (in the driver; fastest, the driver
+    /// must support XDP) or skb (in the generic network stack; any
+    /// interface).
+    #[arg(long, value_parser = attach_mode(), default_value = "native")]
+    pub mode: AttachMode,
     /// Filter keys the filter is sized for [stored; default 1048576].
     #[arg(long, value_name = "N")]
     pub capacity: Option<u64>,
@@ -221,12 +222,12 @@ pub struct AttachArgs {
     #[arg(long, value_name = "BITS", value_parser = ["8", "16", "32"])]
     pub fingerprint_bits: Option<String>,
     /// Match packets' source or destination addresses [stored; default src].
-    #[arg(long = "match", value_enum)]
-    pub match_address: Option<MatchArg>,
+    #[arg(long = "match", value_parser = setting::<MatchAddress>())]
+    pub match_address: Option<MatchAddress>,
     /// Deny listed addresses, or allow only allowlisted ones [stored;
     /// default deny].
-    #[arg(long, value_enum)]
-    pub policy: Option<PolicyArg>,
+    #[arg(long, value_parser = setting::<Policy>())]
+    pub policy: Option<Policy>,
 }
 
 #[derive(Debug, Args)]
@@ -249,10 +250,11 @@ pub struct DetachArgs {
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// Addresses (a host prefix) or CIDRs, IPv4 or IPv6; host bits must be
-    /// zero.
+    /// zero. An IPv4-mapped IPv6 address (::ffff:198.18.0.1) is stored as
+    /// the IPv4 address it maps.
     #[arg(required = true, value_name = "ADDR|CIDR")]
     pub entries: Vec<String>,
-    /// A comment stored with the entries.
+    /// A comment stored with the entries (at most 1024 bytes).
     #[arg(long, value_name = "TEXT")]
     pub comment: Option<String>,
 }
@@ -280,6 +282,10 @@ pub struct CheckArgs {
     /// The address to check.
     #[arg(value_name = "ADDR")]
     pub address: String,
+    /// Print nothing; answer with the exit status only: 0 if an entry
+    /// lists the address, 1 if none does, 2 on error.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// A blocklist file format.
@@ -314,25 +320,36 @@ pub struct ImportArgs {
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// Print rates every SECONDS until interrupted.
-    #[arg(long, value_name = "SECONDS")]
-    pub watch: Option<f64>,
+    /// Print rates every SECONDS (0.1 to 86400) until interrupted.
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval)]
+    pub watch: Option<Duration>,
 }
 
-/// What the program does with listed packets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum EnforcementArg {
-    /// Drop them.
-    Enforce,
-    /// Pass them and count them as would-drop.
-    Monitor,
+/// The shortest and longest `stats --watch` intervals, in seconds.
+const WATCH_SECONDS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
+
+/// Parses a `--watch` interval within [`WATCH_SECONDS`].
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !WATCH_SECONDS.contains(&seconds) {
+        return Err(format!(
+            "the interval must be {} to {} seconds",
+            WATCH_SECONDS.start(),
+            WATCH_SECONDS.end()
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 #[derive(Debug, Args)]
 pub struct ModeArgs {
-    /// enforce or monitor.
-    #[arg(value_enum)]
-    pub mode: EnforcementArg,
+    /// enforce (drop listed packets) or monitor (pass them and count them
+    /// as would-drop).
+    #[arg(value_parser = setting::<Mode>())]
+    pub mode: Mode,
 }
 
 #[derive(Debug, Args)]

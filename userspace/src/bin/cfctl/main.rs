@@ -19,16 +19,15 @@ use ipnet::IpNet;
 use userspace::blocklist::{self, ListFormat, ParseOptions, ParsedList};
 use userspace::control::device::DeviceControl;
 use userspace::control::{
-    self, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
-    EntryRecord, NoProgress,
+    self, attach, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
+    EntryRecord, NoProgress, StoreUse,
 };
-use userspace::loader::{AttachMode, MatchAddress, Mode, Policy};
 use userspace::store::{ListKind, NewEntry};
+use userspace::text::{self, Escaped};
+use userspace::xdp::PinDir;
+use userspace::Setting;
 
-use cli::{
-    AllowCommand, Cli, Command, EnforcementArg, FormatArg, GlobalOptions, MatchArg, ModeArg,
-    PolicyArg,
-};
+use cli::{AllowCommand, Cli, Command, FormatArg, GlobalOptions};
 
 fn main() -> ExitCode {
     // Like other command-line tools, end quietly when the reader of the
@@ -51,15 +50,74 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cli) {
+    let checking = matches!(cli.command, Command::Check(_));
+    // A panic is a bug: it ends as one line too, not a backtrace. (The
+    // store catches redb's panics on a damaged file itself.)
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|at| format!(" at {}:{}", at.file(), at.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|message| (*message).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        *PANIC
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = format!("{message}{location}");
+    }));
+    let outcome = std::panic::catch_unwind(|| run(cli)).unwrap_or_else(|_| {
+        let panic = PANIC
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Err(anyhow::anyhow!(
+            "internal error, a bug in cfctl (please report it): {panic}"
+        ))
+    });
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<NotListed>() => ExitCode::from(1),
         Err(error) => {
             let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
-            eprintln!("cfctl: {}", dedup_chain(&chain));
-            ExitCode::FAILURE
+            // Errors quote input (lines, file and interface names): one line,
+            // no control characters reach the terminal.
+            eprintln!("cfctl: {}", Escaped(&dedup_chain(&chain)));
+            // `check` answers like grep: 1 is "not listed", so errors are 2.
+            ExitCode::from(if checking { 2 } else { 1 })
         }
     }
 }
+
+/// The answer of a `check` that found no entry listing the address: exit
+/// status 1, nothing printed.
+#[derive(Debug, thiserror::Error)]
+#[error("not listed")]
+struct NotListed;
+
+/// Ends a `check`: prints `report` (unless `quiet`) and answers with the
+/// exit status.
+fn answer_check<T: serde::Serialize>(
+    global: &GlobalOptions,
+    quiet: bool,
+    listed: bool,
+    report: &T,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if !quiet {
+        print(global, report, human)?;
+    }
+    if listed {
+        Ok(())
+    } else {
+        Err(NotListed.into())
+    }
+}
+
+/// The message and location of the last panic, which the panic hook keeps
+/// for `main` instead of printing them.
+static PANIC: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 /// Joins an error chain with ": ", leaving out messages that repeat the
 /// end of the previous one (transparent wrappers).
@@ -109,7 +167,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => "use the pinned blocklist and its store",
     };
     require_privileges(action)?;
-    let mut control = Control::open(&global.pin_dir, &global.state_dir)?;
+    if let Command::Detach(args) = &cli.command {
+        let interfaces = (!args.all).then_some(args.interfaces.as_slice());
+        let report = attach::detach(&PinDir::new(&global.pin_dir), interfaces, args.keep_state)?;
+        return print(global, &report, report::detach);
+    }
+    let store_use = match &cli.command {
+        Command::Attach(_) | Command::Add(_) | Command::Import(_) => StoreUse::Create,
+        Command::Allow(AllowCommand::Add(_)) => StoreUse::Create,
+        _ => StoreUse::Existing,
+    };
+    let mut control = Control::open_with_notices(
+        &global.pin_dir,
+        &global.state_dir,
+        store_use,
+        Box::new(|notice| eprintln!("cfctl: {}", Escaped(notice))),
+    )?;
+    control.set_force(global.force);
     match &cli.command {
         Command::Attach(args) => {
             let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
@@ -120,26 +194,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let options = AttachOptions {
                 capacity: args.capacity,
                 fingerprint_bits,
-                match_address: args.match_address.map(|value| match value {
-                    MatchArg::Src => MatchAddress::Source,
-                    MatchArg::Dst => MatchAddress::Destination,
-                }),
-                policy: args.policy.map(|value| match value {
-                    PolicyArg::Deny => Policy::Deny,
-                    PolicyArg::Allow => Policy::Allow,
-                }),
+                match_address: args.match_address,
+                policy: args.policy,
             };
-            let mode = match args.mode {
-                ModeArg::Native => AttachMode::Native,
-                ModeArg::Skb => AttachMode::Skb,
-            };
-            let report = control.attach(&args.interfaces, mode, options)?;
+            let report = control.attach(&args.interfaces, args.mode, options)?;
             print(global, &report, report::attach)
-        }
-        Command::Detach(args) => {
-            let interfaces = (!args.all).then_some(args.interfaces.as_slice());
-            let report = control.detach(interfaces, args.keep_state)?;
-            print(global, &report, report::detach)
         }
         Command::Add(args) => add(global, &mut control, ListKind::Blocklist, args),
         Command::Del(args) => delete(global, &mut control, ListKind::Blocklist, &args.entries),
@@ -152,7 +211,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Allow(AllowCommand::List) => list(global, &control, ListKind::Allowlist),
         Command::Check(args) => {
             let result = control.check(parse_address(&args.address)?)?;
-            print(global, &result, report::check)
+            let listed = !result.covering.is_empty();
+            answer_check(global, args.quiet, listed, &result, report::check)
         }
         Command::List => list(global, &control, ListKind::Blocklist),
         Command::Export => {
@@ -164,7 +224,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Import(args) => {
-            let list = read_list(args)?;
+            let list = read_list(global, args)?;
             let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list).collect();
             let change = if args.replace {
                 Change::Replace(&entries)
@@ -181,15 +241,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print(global, &status, report::status)
         }
         Command::Mode(args) => {
-            let mode = match args.mode {
-                EnforcementArg::Enforce => Mode::Enforce,
-                EnforcementArg::Monitor => Mode::Monitor,
-            };
-            control.set_mode(mode)?;
-            let name = match mode {
-                Mode::Enforce => "enforce",
-                Mode::Monitor => "monitor",
-            };
+            control.set_mode(args.mode)?;
+            let name = args.mode.name();
             print(global, &serde_json::json!({ "mode": name }), |_| {
                 println!("mode: {name}")
             })
@@ -220,7 +273,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )
             })
         }
-        Command::Stats(_) | Command::Save | Command::Man(_) | Command::Completions(_) => {
+        Command::Stats(_)
+        | Command::Save
+        | Command::Man(_)
+        | Command::Completions(_)
+        | Command::Detach(_) => {
             unreachable!("handled before the store is opened")
         }
     }
@@ -244,14 +301,17 @@ fn print<T: serde::Serialize>(
 fn parse_nets(texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
     texts
         .iter()
-        .map(|text| blocklist::parse_net(text).with_context(|| format!("'{text}'")))
+        .map(|given| {
+            blocklist::parse_net(given).with_context(|| format!("'{}'", text::excerpt(given)))
+        })
         .collect()
 }
 
-fn parse_address(text: &str) -> anyhow::Result<IpAddr> {
-    text.trim()
+fn parse_address(given: &str) -> anyhow::Result<IpAddr> {
+    given
+        .trim()
         .parse()
-        .with_context(|| format!("'{text}': not an IP address"))
+        .with_context(|| format!("'{}': not an IP address", text::excerpt(given)))
 }
 
 fn add(
@@ -261,12 +321,17 @@ fn add(
     args: &cli::AddArgs,
 ) -> anyhow::Result<()> {
     let nets = parse_nets(&args.entries)?;
+    warn_whole_families(&nets, global.force)?;
+    let comment = match args.comment.as_deref() {
+        Some(comment) => text::check_comment(comment).context("--comment")?,
+        None => None,
+    };
     let entries: Vec<NewEntry<'_>> = nets
         .iter()
         .map(|&net| NewEntry {
             net,
             source: "cli",
-            comment: args.comment.as_deref(),
+            comment,
         })
         .collect();
     let report = control.change(list, Change::Add(&entries), &NoProgress)?;
@@ -298,9 +363,18 @@ fn list(global: &GlobalOptions, control: &Control, list: ListKind) -> anyhow::Re
     print(global, &entries, |entries| report::entries(entries))
 }
 
+/// Refuses entries for a whole family unless `force`, and warns about them
+/// when forced.
+fn warn_whole_families(nets: &[IpNet], force: bool) -> anyhow::Result<()> {
+    for net in control::whole_families(nets, force)? {
+        eprintln!("cfctl: warning: {net} covers every address of its family");
+    }
+    Ok(())
+}
+
 /// Parses the import's list, all or nothing (or skipping bad lines, each
-/// reported).
-fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
+/// reported); entries for a whole family need `--force`.
+fn read_list(global: &GlobalOptions, args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
     let options = ParseOptions {
         format: match args.format {
             FormatArg::Auto => None,
@@ -309,6 +383,7 @@ fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
             FormatArg::Spamhaus => Some(ListFormat::Spamhaus),
         },
         skip_invalid: args.skip_invalid,
+        ..ParseOptions::default()
     };
     let list = if args.file == Path::new("-") {
         blocklist::parse_reader(std::io::stdin().lock(), "-", options)?
@@ -316,26 +391,32 @@ fn read_list(args: &cli::ImportArgs) -> anyhow::Result<ParsedList> {
         blocklist::parse_file(&args.file, options)?
     };
     for skipped in &list.skipped {
-        eprintln!("cfctl: skipped {skipped}");
+        eprintln!("cfctl: skipped {}", Escaped(&skipped.to_string()));
     }
+    if list.skipped_count > list.skipped.len() {
+        eprintln!(
+            "cfctl: skipped {} more invalid lines",
+            list.skipped_count - list.skipped.len()
+        );
+    }
+    let nets: Vec<IpNet> = list.entries.iter().map(|entry| entry.net).collect();
+    warn_whole_families(&nets, global.force)?;
     Ok(list)
 }
 
 /// `cfctl stats`: totals, or rates every interval with `--watch`.
-fn stats(global: &GlobalOptions, watch: Option<f64>) -> anyhow::Result<()> {
+fn stats(global: &GlobalOptions, watch: Option<Duration>) -> anyhow::Result<()> {
     require_privileges("read the pinned blocklist counters")?;
-    let Some(seconds) = watch else {
+    let Some(interval) = watch else {
         let counters = control::read_counters(&global.pin_dir)?;
         return print(global, &counters, |counters| {
             report::counters(counters, None)
         });
     };
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        bail!("--watch needs a positive number of seconds, not {seconds}");
-    }
+    let seconds = interval.as_secs_f64();
     let mut before = control::read_counters(&global.pin_dir)?;
     loop {
-        std::thread::sleep(Duration::from_secs_f64(seconds));
+        std::thread::sleep(interval);
         let now = control::read_counters(&global.pin_dir)?;
         // Counters that never counted anything stay out of the table.
         let deltas: Vec<_> = now
@@ -364,9 +445,13 @@ fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow
     // Parse before connecting, so that bad input fails fast and changes
     // nothing.
     let nets = match command {
-        Command::Add(args) => parse_nets(&args.entries)?,
+        Command::Add(args) => {
+            let nets = parse_nets(&args.entries)?;
+            warn_whole_families(&nets, global.force)?;
+            nets
+        }
         Command::Del(args) => parse_nets(&args.entries)?,
-        Command::Import(args) => read_list(args)?
+        Command::Import(args) => read_list(global, args)?
             .entries
             .into_iter()
             .map(|entry| entry.net)
@@ -409,11 +494,11 @@ fn run_device(global: &GlobalOptions, target: &str, command: &Command) -> anyhow
             let report = device.import(&nets)?;
             print(global, &report, report::device_import)
         }
-        Command::Check(_) => {
+        Command::Check(args) => {
             let address = address.context("an address to check")?;
             let listed = device.check(address)?;
             let value = serde_json::json!({ "address": address, "listed": listed });
-            print(global, &value, |_| {
+            answer_check(global, args.quiet, listed, &value, |_| {
                 if listed {
                     println!("{address} is listed on the device")
                 } else {

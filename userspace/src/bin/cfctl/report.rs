@@ -14,7 +14,9 @@ use userspace::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, VerifyReport,
 };
-use userspace::loader::PREFILTER_BYTES;
+use userspace::text::{escape_comment, Escaped};
+use userspace::xdp::maps::PREFILTER_BYTES;
+use userspace::{MatchAddress, Setting};
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -92,20 +94,29 @@ pub fn detach(report: &DetachReport) {
 }
 
 pub fn change(report: &ChangeReport) {
-    let mut parts = Vec::new();
-    if report.added > 0 || report.deleted == 0 {
-        parts.push(format!("{} added", thousands(report.added as u64)));
-    }
-    if report.deleted > 0 {
-        parts.push(format!("{} deleted", thousands(report.deleted as u64)));
-    }
-    if report.kept > 0 {
-        parts.push(format!("{} kept", thousands(report.kept as u64)));
-    }
+    let count = |value: usize| thousands(value as u64);
+    let mut parts = match report.operation {
+        "delete" => vec![format!("{} deleted", count(report.deleted))],
+        "replace" => vec![
+            format!("{} added", count(report.added)),
+            format!("{} deleted", count(report.deleted)),
+            format!("{} kept", count(report.kept)),
+        ],
+        _ => vec![format!("{} added", count(report.added))],
+    };
     if !report.already_listed.is_empty() {
         parts.push(format!(
-            "{} listed already",
-            thousands(report.already_listed.len() as u64)
+            "{} listed already (kept as they were)",
+            count(report.already_listed.len())
+        ));
+    }
+    if !report.not_listed.is_empty() {
+        parts.push(format!("{} not listed", count(report.not_listed.len())));
+    }
+    if report.repeated > 0 {
+        parts.push(format!(
+            "{} repeated in the input (taken once)",
+            count(report.repeated)
         ));
     }
     let filter = match report.filter {
@@ -121,8 +132,15 @@ pub fn change(report: &ChangeReport) {
         FilterUpdate::Allowlist => "allowlist map updated".to_owned(),
     };
     println!("{} ({filter})", parts.join(", "));
-    for net in &report.not_listed {
+    const SHOWN: usize = 10;
+    for net in report.not_listed.iter().take(SHOWN) {
         eprintln!("cfctl: warning: {net} was not listed");
+    }
+    if report.not_listed.len() > SHOWN {
+        eprintln!(
+            "cfctl: warning: and {} more entries were not listed",
+            count(report.not_listed.len() - SHOWN)
+        );
     }
 }
 
@@ -139,12 +157,12 @@ fn entry_line(entry: &EntryRecord) -> String {
     let comment = entry
         .comment
         .as_deref()
-        .map(|comment| format!(" ({comment})"))
+        .map(|comment| format!(" ({})", Escaped(comment)))
         .unwrap_or_default();
     format!(
         "{} from {}{comment}, added {}",
         entry.net,
-        entry.source,
+        Escaped(&entry.source),
         time(entry.added)
     )
 }
@@ -183,13 +201,14 @@ pub fn entries(entries: &[EntryRecord]) {
     }
 }
 
-/// The list in the plain format, comments after `#`.
+/// The list in the plain format, comments after `#`, escaped so that
+/// `cfctl import` reads back exactly the same entries and comments.
 pub fn export(entries: &[EntryRecord]) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     writeln!(out, "# cfctl export: {} entries", entries.len())?;
     for entry in entries {
         match &entry.comment {
-            Some(comment) => writeln!(out, "{} # {comment}", entry.net)?,
+            Some(comment) => writeln!(out, "{} # {}", entry.net, escape_comment(comment))?,
             None => writeln!(out, "{}", entry.net)?,
         }
     }
@@ -218,14 +237,15 @@ pub fn status(status: &Status) {
     };
     println!("pins         {pinned} {}", status.pin_dir.display());
     println!("store        {}", status.store.display());
-    let matched = if status.match_address == "dst" {
+    let matched = if status.match_address == MatchAddress::Destination {
         "destination"
     } else {
         "source"
     };
     println!(
         "mode         {}, policy {}, matching {matched} addresses",
-        status.mode, status.policy
+        status.mode.name(),
+        status.policy.name()
     );
     println!(
         "entries      {} blocklist, {} allowlist",
@@ -290,7 +310,8 @@ pub fn counters(counters: &[CounterRecord], seconds: Option<f64>) {
         };
         println!(
             "{:<12} {:<6} {packets:>14} {bytes:>16}",
-            counter.outcome, counter.family
+            counter.outcome.name(),
+            counter.family.name()
         );
     }
 }

@@ -20,7 +20,7 @@ use aya::maps::{MapData, MapError};
 use blocklist_ebpf::FILTER_TABLE_FLAGS;
 use filter_core::{BucketStorage, Fingerprint};
 
-use crate::mapped::MappedMap;
+use super::mapped::MappedMap;
 
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 

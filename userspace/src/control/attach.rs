@@ -1,0 +1,346 @@
+//! Attach, detach, resize and mode: putting a program filled from the store
+//! on interfaces, and taking it off.
+//!
+//! A program is installed ([`Control::install_program`]) in one way for
+//! every case: load a new one with a filter built from the store, move
+//! every pinned link to it with `bpf_link_update` (no packet goes
+//! unfiltered), then pin it in place of the old one. That is the first
+//! attach (no links yet), a resize (a larger table), and the repair of a
+//! pin directory whose map pins were removed. An attach that finds a
+//! complete pinned program of its own store only rebuilds its filter,
+//! which repairs an interrupted update as well.
+
+use std::io;
+use std::path::PathBuf;
+
+use aya::maps::MapData;
+
+use super::capacity::{check_capacity, shape_of, WayOut};
+use super::error::{ControlError, Result};
+use super::report::{AttachReport, Attachment, DetachReport, TableSummary};
+use super::{AttachOptions, Control};
+use crate::plan::KeyPlan;
+use crate::store::{FilterSettings, ListKind};
+use crate::xdp::pins::interface_index;
+use crate::xdp::{AttachMode, Blocklist, LiveFilter, LoadOptions, PinDir, XdpError};
+use crate::Mode;
+
+impl Control {
+    /// Builds the filter from the store and attaches the program to every
+    /// interface in `interfaces` with a pinned link (see the module
+    /// documentation). Interfaces with a cfctl link keep it.
+    pub fn attach(
+        &mut self,
+        interfaces: &[String],
+        mode: AttachMode,
+        options: AttachOptions,
+    ) -> Result<AttachReport> {
+        let indexes = interfaces
+            .iter()
+            .map(|interface| interface_index(interface))
+            .collect::<Result<Vec<u32>, XdpError>>()?;
+        // The store is about to become the whole live filter: make sure
+        // every page of it is what was written.
+        self.store.check_integrity()?;
+        let stored = self.settings()?;
+        let mut settings = stored.clone();
+        apply_options(&mut settings, options)?;
+        settings.claim_store_id();
+        let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
+        let loaded = match self.pins.open() {
+            Ok(Some(live)) => {
+                self.refill(live, &stored, &mut settings, &plan, options)?;
+                false
+            }
+            Ok(None) => {
+                if settings.seed == 0 {
+                    settings.seed = crate::filter::random_seed();
+                }
+                self.pins.prepare()?;
+                self.install_program(&settings, &plan, None)?;
+                true
+            }
+            // Map pins removed: a new program takes over the links.
+            Err(_) => {
+                self.install_program(&settings, &plan, None)?;
+                true
+            }
+        };
+        let existing: Vec<String> = self
+            .pins
+            .attachments()
+            .into_iter()
+            .map(|link| link.interface)
+            .collect();
+        let mut report = AttachReport {
+            attached: Vec::new(),
+            already_attached: Vec::new(),
+            loaded,
+            entries: plan.entry_count(),
+            keys: plan.key_count(),
+        };
+        for (interface, &index) in interfaces.iter().zip(&indexes) {
+            if existing.contains(interface) || report.attached.contains(interface) {
+                report.already_attached.push(interface.clone());
+                continue;
+            }
+            if let Err(error) = self.pins.attach(interface, index, mode) {
+                if loaded && existing.is_empty() && report.attached.is_empty() {
+                    self.pins.remove();
+                }
+                return Err(attach_error(interface, error));
+            }
+            report.attached.push(interface.clone());
+        }
+        self.save_settings(&settings)?;
+        Ok(report)
+    }
+
+    /// Rebuilds the filter of the pinned program from the store, after
+    /// checking that it is this store's filter (or `--force`) and that an
+    /// empty store does not silently empty a filter that holds keys.
+    fn refill(
+        &self,
+        mut live: LiveFilter,
+        stored: &FilterSettings,
+        settings: &mut FilterSettings,
+        plan: &KeyPlan,
+        options: AttachOptions,
+    ) -> Result<()> {
+        check_compatible(&live, stored, options)?;
+        let own = stored.store_id != 0 && live.store_id() == stored.store_id;
+        if !own && !self.force {
+            return Err(self.other_store());
+        }
+        if plan.key_count() == 0 && !self.force {
+            let keys = live.summary()?.fingerprints;
+            if keys > 0 {
+                return Err(ControlError::EmptyStore {
+                    store: self.store.path().to_owned(),
+                    pin_dir: self.pins.path().to_owned(),
+                    keys,
+                });
+            }
+        }
+        settings.seed = live.seed();
+        live.begin_update();
+        live.install(plan, settings.seed)
+            .map_err(|error| WayOut::Resize.explain(error))?;
+        live.set_allowlist(&self.stored_allowlist()?)?;
+        live.set_mode_and_policy(settings.mode, settings.policy);
+        live.set_store_id(settings.store_id);
+        live.end_update();
+        Ok(())
+    }
+
+    /// Loads a program for `settings` filled with `plan` and the stored
+    /// allowlist, moves every pinned link to it, and pins it in place of
+    /// the old one; it counts into `counters` if given (see
+    /// [`Blocklist::load_counting_into`]).
+    fn install_program(
+        &self,
+        settings: &FilterSettings,
+        plan: &KeyPlan,
+        counters: Option<&MapData>,
+    ) -> Result<Blocklist> {
+        let mut blocklist = self.load_filled(settings, plan, counters)?;
+        for (_, link) in self.pins.links() {
+            blocklist.take_over_pinned_link(&link)?;
+        }
+        self.pins.unpin_program_and_maps();
+        if let Err(error) = self.pins.pin(&mut blocklist) {
+            if self.pins.links().is_empty() {
+                self.pins.remove();
+            }
+            return Err(error.into());
+        }
+        Ok(blocklist)
+    }
+
+    /// Loads a program for `settings` and fills it with `plan`, the stored
+    /// allowlist, mode and policy, and the store's id.
+    fn load_filled(
+        &self,
+        settings: &FilterSettings,
+        plan: &KeyPlan,
+        counters: Option<&MapData>,
+    ) -> Result<Blocklist> {
+        let shape = shape_of(settings)?;
+        let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
+        let options = LoadOptions {
+            seed: settings.seed,
+            match_address: settings.match_address,
+            ..LoadOptions::for_capacity(shape, capacity).ok_or_else(|| {
+                ControlError::InvalidSetting(format!("a capacity of {capacity} keys is too large"))
+            })?
+        };
+        // Keys that cannot fit fail before anything is loaded.
+        let slots = options.bucket_count.saturating_mul(shape.slots());
+        if plan.key_count() > slots {
+            let full = crate::filter::FilterFull {
+                wanted: plan.key_count(),
+                slots,
+            };
+            return Err(WayOut::LargerCapacity.full(full));
+        }
+        let mut blocklist = match counters {
+            Some(counters) => Blocklist::load_counting_into(&options, counters)?,
+            None => Blocklist::load(&options)?,
+        };
+        let live = blocklist.live();
+        live.install(plan, settings.seed)
+            .map_err(|error| WayOut::LargerCapacity.explain(error))?;
+        live.set_allowlist(&self.stored_allowlist()?)?;
+        live.set_mode_and_policy(settings.mode, settings.policy);
+        live.set_store_id(settings.store_id);
+        Ok(blocklist)
+    }
+
+    /// Loads a program whose filter holds `capacity` keys, fills it from the
+    /// store, and swaps it in on every link atomically (each link switches
+    /// from the old program to the new one; both hold every entry), then
+    /// pins it in place of the old one. The new program counts into the old
+    /// one's counter map, so the counts go on.
+    pub fn resize(&mut self, capacity: u64) -> Result<TableSummary> {
+        let old = self
+            .live_for_update()?
+            .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
+        check_capacity(capacity, old.shape())?;
+        let mut settings = self.settings()?;
+        settings.capacity = capacity;
+        settings.fingerprint_bits = old.shape().fingerprint_bits();
+        settings.seed = old.seed();
+        settings.mode = old.mode();
+        let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
+        let counters = old.maps().counters_map()?;
+        let mut blocklist = self.install_program(&settings, &plan, Some(counters))?;
+        self.save_settings(&settings)?;
+        Ok(blocklist.live().summary()?)
+    }
+
+    /// Switches between enforce and monitor mode (live and stored).
+    pub fn set_mode(&mut self, mode: Mode) -> Result<()> {
+        let mut settings = self.settings()?;
+        settings.mode = mode;
+        if let Some(live) = self.live_for_update()? {
+            live.set_mode(mode);
+        }
+        self.save_settings(&settings)
+    }
+}
+
+/// Detaches from `interfaces` (every interface if `None`). When no
+/// interface is left, the program and maps are unpinned too unless
+/// `keep_state`. Needs no store: it never touches one.
+pub fn detach(
+    pins: &PinDir,
+    interfaces: Option<&[String]>,
+    keep_state: bool,
+) -> Result<DetachReport> {
+    let links = pins.links();
+    let chosen: Vec<&(Attachment, PathBuf)> = match interfaces {
+        None => links.iter().collect(),
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                links
+                    .iter()
+                    .find(|(link, _)| &link.interface == name)
+                    .ok_or_else(|| ControlError::NotAttachedTo(name.clone()))
+            })
+            .collect::<Result<_>>()?,
+    };
+    let mut report = DetachReport {
+        detached: Vec::new(),
+        unloaded: false,
+    };
+    for (link, path) in chosen {
+        pins.detach(path)?;
+        report.detached.push(link.interface.clone());
+    }
+    if pins.links().is_empty() && !keep_state && pins.path().exists() {
+        pins.remove();
+        report.unloaded = true;
+    }
+    Ok(report)
+}
+
+/// Applies `options` to `settings`, checking the capacity they ask for.
+fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Result<()> {
+    if let Some(capacity) = options.capacity {
+        settings.capacity = capacity;
+    }
+    if let Some(bits) = options.fingerprint_bits {
+        settings.fingerprint_bits = bits;
+    }
+    if let Some(match_address) = options.match_address {
+        settings.match_address = match_address;
+    }
+    if let Some(policy) = options.policy {
+        settings.policy = policy;
+    }
+    check_capacity(settings.capacity, shape_of(settings)?)
+}
+
+/// Refuses options that the pinned program cannot take without a reload.
+fn check_compatible(
+    live: &LiveFilter,
+    settings: &FilterSettings,
+    options: AttachOptions,
+) -> Result<()> {
+    let bits = live.shape().fingerprint_bits();
+    if options
+        .fingerprint_bits
+        .is_some_and(|wanted| wanted != bits)
+    {
+        return Err(ControlError::Conflict(format!(
+            "the attached filter has {bits}-bit fingerprints; `cfctl detach --all` first to \
+             change the width"
+        )));
+    }
+    if options
+        .match_address
+        .is_some_and(|wanted| wanted != settings.match_address)
+    {
+        return Err(ControlError::Conflict(
+            "the attached program matches the other address; `cfctl detach --all` first to \
+             change --match"
+                .to_owned(),
+        ));
+    }
+    if options
+        .capacity
+        .is_some_and(|wanted| wanted != settings.capacity)
+    {
+        return Err(ControlError::Conflict(format!(
+            "the attached filter is sized for {} keys; use `cfctl resize --capacity N` to change \
+             its size",
+            settings.capacity
+        )));
+    }
+    Ok(())
+}
+
+/// Explains a failed attach to `interface`.
+fn attach_error(interface: &str, error: XdpError) -> ControlError {
+    match os_error_code(&error) {
+        Some(libc::EBUSY | libc::EEXIST) => ControlError::InterfaceBusy(interface.to_owned()),
+        Some(libc::EOPNOTSUPP) => ControlError::NativeUnsupported(interface.to_owned()),
+        _ => ControlError::Xdp(error),
+    }
+}
+
+/// The OS error code somewhere in `error`'s chain of sources.
+fn os_error_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(code) = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        current = error.source();
+    }
+    None
+}

@@ -1,0 +1,132 @@
+//! Why a control-plane operation failed: [`ControlError`], one variant per
+//! thing a user can act on, each message saying what to do.
+
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use crate::plan::PlanError;
+use crate::store::StoreError;
+use crate::xdp::XdpError;
+
+/// Why a control-plane operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another process kept the store for longer than cfctl waits.
+    #[error(
+        "the state store {} is still in use by another cfctl ({holders}) after {seconds} s; try \
+         again when it has finished",
+        .path.display()
+    )]
+    StoreBusy {
+        /// The store file.
+        path: PathBuf,
+        /// Who has it open.
+        holders: String,
+        /// How long cfctl waited.
+        seconds: u64,
+    },
+    /// No store in the state directory, for a command that only reads one.
+    #[error(
+        "no cfctl store in {}: nothing was added there yet, or --state-dir names the wrong \
+         directory",
+        .0.display()
+    )]
+    NoStore(PathBuf),
+    /// Loading, attaching or a map operation failed.
+    #[error(transparent)]
+    Xdp(#[from] XdpError),
+    /// The entries cannot be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Nothing is pinned in the pin directory.
+    #[error("no blocklist is attached (nothing pinned in {}); run `cfctl attach IFACE` first", .0.display())]
+    NotAttached(PathBuf),
+    /// A program is pinned but a map pin is missing or unusable.
+    #[error(
+        "the blocklist pinned in {} is incomplete ({source}); `cfctl attach IFACE` loads it \
+         again from the store and takes over its links with no gap",
+        .pin_dir.display()
+    )]
+    Incomplete {
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// What could not be opened.
+        source: Box<XdpError>,
+    },
+    /// The pinned filter was built from another store.
+    #[error(
+        "the blocklist pinned in {} was built from another store than {} (a wrong --state-dir, \
+         or a store replaced since): use the right --state-dir, or add --force to rebuild the \
+         pinned filter from this store",
+        .pin_dir.display(),
+        .store.display()
+    )]
+    OtherStore {
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// The store file.
+        store: PathBuf,
+    },
+    /// An empty store would empty a pinned filter that holds keys.
+    #[error(
+        "the store {} lists nothing, but the filter pinned in {} holds {keys} keys: add --force \
+         to empty it",
+        .store.display(),
+        .pin_dir.display()
+    )]
+    EmptyStore {
+        /// The store file.
+        store: PathBuf,
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// Fingerprints in the pinned filter.
+        keys: usize,
+    },
+    /// cfctl has no link on the interface.
+    #[error("cfctl is not attached to '{0}'")]
+    NotAttachedTo(String),
+    /// Another XDP program holds the interface.
+    #[error(
+        "interface '{0}' already has another XDP program attached; remove it first \
+         (for example `ip link set dev {0} xdp off`)"
+    )]
+    InterfaceBusy(String),
+    /// Native XDP is not available on the interface.
+    #[error("the driver of '{0}' has no native XDP support; attach with `--mode skb`")]
+    NativeUnsupported(String),
+    /// The attached filter was made with other parameters.
+    #[error("{0}")]
+    Conflict(String),
+    /// The caller lacks the privileges for BPF.
+    #[error(
+        "cfctl needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN) to {0}; run it with sudo"
+    )]
+    NotPrivileged(&'static str),
+    /// An invalid setting.
+    #[error("{0}")]
+    InvalidSetting(String),
+    /// An entry for every address of a family, without `--force`.
+    #[error(
+        "{net} covers every {family} address; add --force if that is what you mean",
+        net = .0,
+        family = if .0.addr().is_ipv4() { "IPv4" } else { "IPv6" }
+    )]
+    WholeFamily(IpNet),
+    /// The filter is full; the message says what to do.
+    #[error("the filter is full: {wanted} filter keys do not fit in its {slots} slots; {way_out}")]
+    Full {
+        /// Keys the table would have had to hold.
+        wanted: usize,
+        /// Slots of the table.
+        slots: usize,
+        /// What makes the keys fit.
+        way_out: String,
+    },
+}
+
+/// The result of control-plane operations.
+pub type Result<T, E = ControlError> = std::result::Result<T, E>;

@@ -1,0 +1,526 @@
+//! The update path: one change of a list, in the store and in the live
+//! filter, in the order that keeps the live filter a superset of the
+//! committed store at every instant, crash or not.
+//!
+//! 1. A store transaction records the change (nothing is visible yet).
+//! 2. The live filter is marked as being changed by this process
+//!    ([`LiveFilter::begin_update`]).
+//! 3. Everything the change adds goes into the live filter: for a small
+//!    change, the new keys of an exact [`KeyDiff`] (their prefilter bits
+//!    first; `filter-core` writes each relocation's destination before
+//!    clearing its source); for a bulk change, a rebuild, or a replace, a
+//!    new table holding the old and the new entries together, swapped in
+//!    atomically. New allowlist entries go into the tries.
+//! 4. The transaction commits.
+//! 5. Everything the change removes leaves the live filter: the diff's
+//!    keys, then the prefilter bits no stored entry needs (each checked
+//!    against every entry that can mark it); for a bulk change, a table of
+//!    the new entries alone is swapped in. Removed allowlist entries leave
+//!    the tries.
+//! 6. The mark is cleared.
+//!
+//! A listed address is therefore never unblocked, and an allowlisted one
+//! never blocked, by a change in flight: a crash between 3 and 6 leaves
+//! only extra keys (or extra allowlist entries) and the mark, and the next
+//! cfctl command to open the filter rebuilds it from the committed store
+//! before doing anything else ([`Control::repair`]). A full filter undoes
+//! step 3 completely (prefilter bits too) and commits nothing; a failed
+//! commit repairs the filter from the store.
+//!
+//! One exception, for a replace (or a bulk delete) whose old and new
+//! entries together do not fit the table: the table of the new entries
+//! alone is swapped in before the commit. Until the commit, the entries
+//! being removed are not blocked although the store still lists them; a
+//! crash there leaves the mark, and the repair blocks them again.
+//!
+//! For tests, `CFCTL_CRASH_AT=<point>` makes cfctl abort at a named point
+//! of this path ([`crash_point`]), the way `kill -9` would.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+use blocklist_ebpf::prefilter::PrefilterBit;
+use filter_core::AddressFamily;
+use ipnet::{IpNet, Ipv6Net};
+
+use super::capacity::WayOut;
+use super::error::{ControlError, Result};
+use super::report::{ChangeReport, FilterUpdate};
+use super::Control;
+use crate::plan::{family_of, prefixes_of, ActiveLengths, KeyDiff, KeyPlan, PlanError, PlanLimits};
+use crate::store::{ListKind, NewEntry, StoreTransaction};
+use crate::xdp::{LiveFilter, XdpError};
+
+/// Changes of at least this many entries build a new table and swap it in
+/// (one copy into the map) rather than writing each key into the live one.
+pub const BULK_ENTRIES: usize = 50_000;
+/// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
+/// cleared after a live update.
+const MAX_IPV6_SCAN: usize = 100_000;
+
+/// Reports the progress of long operations (a progress bar on a terminal).
+pub trait Progress {
+    /// A stage of `total` steps (0: unknown) starts.
+    fn start(&self, stage: &str, total: u64);
+    /// `steps` more steps of the current stage are done.
+    fn advance(&self, steps: u64);
+}
+
+/// Reports nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _stage: &str, _total: u64) {}
+    fn advance(&self, _steps: u64) {}
+}
+
+/// A change of one list.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a> {
+    /// Add entries (those listed already are kept as they are).
+    Add(&'a [NewEntry<'a>]),
+    /// Delete entries by network.
+    Delete(&'a [IpNet]),
+    /// Replace the whole list (ipset swap semantics).
+    Replace(&'a [NewEntry<'a>]),
+}
+
+/// A change with each network once (the first of its entries kept).
+enum UniqueChange<'a> {
+    Add(Vec<NewEntry<'a>>),
+    Delete(Vec<IpNet>),
+    Replace(Vec<NewEntry<'a>>),
+}
+
+impl<'a> Change<'a> {
+    /// The change without entries given again, and how many were.
+    fn without_repeats(self) -> (UniqueChange<'a>, usize) {
+        fn first_of_each<T: Copy>(items: &[T], net: impl Fn(&T) -> IpNet) -> (Vec<T>, usize) {
+            let mut seen = HashSet::with_capacity(items.len());
+            let unique: Vec<T> = items
+                .iter()
+                .copied()
+                .filter(|item| seen.insert(net(item)))
+                .collect();
+            let repeated = items.len() - unique.len();
+            (unique, repeated)
+        }
+        match self {
+            Change::Add(entries) => {
+                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
+                (UniqueChange::Add(unique), repeated)
+            }
+            Change::Delete(nets) => {
+                let (unique, repeated) = first_of_each(nets, |net| *net);
+                (UniqueChange::Delete(unique), repeated)
+            }
+            Change::Replace(entries) => {
+                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
+                (UniqueChange::Replace(unique), repeated)
+            }
+        }
+    }
+}
+
+impl UniqueChange<'_> {
+    fn operation(&self) -> &'static str {
+        match self {
+            UniqueChange::Add(_) => "add",
+            UniqueChange::Delete(_) => "delete",
+            UniqueChange::Replace(_) => "replace",
+        }
+    }
+}
+
+/// The entries of `nets` that list every address of their family
+/// (`0.0.0.0/0`, `::/0`), which cfctl adds only when `force` is set: a
+/// blocklist entry that drops every packet of a family, or an allowlist
+/// entry that lets every one through, is more often a slip than a wish.
+/// Returns them, so the caller can warn when forced.
+pub fn whole_families(nets: &[IpNet], force: bool) -> Result<Vec<IpNet>> {
+    let whole: Vec<IpNet> = nets
+        .iter()
+        .copied()
+        .filter(|net| net.prefix_len() == 0)
+        .collect();
+    match whole.first() {
+        Some(net) if !force => Err(ControlError::WholeFamily(*net)),
+        _ => Ok(whole),
+    }
+}
+
+/// Aborts the process, as `kill -9` would, if the environment variable
+/// `CFCTL_CRASH_AT` names `point`: the crash tests' way to stop cfctl at
+/// every step of the update path.
+pub(crate) fn crash_point(point: &str) {
+    if std::env::var_os("CFCTL_CRASH_AT").is_some_and(|at| at == point) {
+        std::process::abort();
+    }
+}
+
+/// What the store part of a change did, for the live part.
+struct Recorded {
+    added: Vec<IpNet>,
+    removed: Vec<IpNet>,
+    /// The whole new list, for a replace.
+    replacement: Option<Vec<IpNet>>,
+}
+
+impl Control {
+    /// Applies `change` to `list`, in the store and in the live filter; see
+    /// the module documentation for the order and what happens on failure.
+    pub fn change(
+        &mut self,
+        list: ListKind,
+        change: Change<'_>,
+        progress: &dyn Progress,
+    ) -> Result<ChangeReport> {
+        let (change, repeated) = change.without_repeats();
+        let mut txn = self.store.begin()?;
+        let mut report = ChangeReport {
+            operation: change.operation(),
+            repeated,
+            added: 0,
+            deleted: 0,
+            kept: 0,
+            already_listed: Vec::new(),
+            not_listed: Vec::new(),
+            filter: FilterUpdate::NotAttached,
+        };
+        let recorded = record(&mut txn, list, &change, &mut report, progress)?;
+        let Some(mut live) = self.live_for_update()? else {
+            progress.start("committing", 0);
+            txn.commit()?;
+            return Ok(report);
+        };
+        if recorded.added.is_empty() && recorded.removed.is_empty() {
+            txn.commit()?;
+            report.filter = FilterUpdate::Unchanged;
+            return Ok(report);
+        }
+        live.begin_update();
+        let updated = match list {
+            ListKind::Allowlist => self.update_allowlist(&mut live, txn, &recorded),
+            ListKind::Blocklist => self.update_blocklist(&mut live, txn, &recorded, progress),
+        };
+        if updated.is_ok() {
+            live.end_update();
+        }
+        report.filter = updated?;
+        Ok(report)
+    }
+
+    /// Steps 3 to 5 for the allowlist: new entries into the tries before
+    /// the commit, removed ones out after it.
+    fn update_allowlist(
+        &self,
+        live: &mut LiveFilter,
+        txn: StoreTransaction<'_>,
+        recorded: &Recorded,
+    ) -> Result<FilterUpdate> {
+        let (added, removed) = (
+            address_pairs(&recorded.added),
+            address_pairs(&recorded.removed),
+        );
+        live.update_allowlist(&added, &[])?;
+        crash_point("allowlist-added");
+        self.commit_or_repair(live, txn)?;
+        crash_point("committed");
+        live.update_allowlist(&[], &removed)?;
+        Ok(FilterUpdate::Allowlist)
+    }
+
+    /// Steps 3 to 5 for the blocklist: an exact diff for a small change,
+    /// whole tables for a large one or one the live lengths cannot take.
+    fn update_blocklist(
+        &self,
+        live: &mut LiveFilter,
+        txn: StoreTransaction<'_>,
+        recorded: &Recorded,
+        progress: &dyn Progress,
+    ) -> Result<FilterUpdate> {
+        let limits = self.settings()?.plan_limits;
+        progress.start("planning filter keys", 0);
+        let small = recorded.replacement.is_none() && recorded.added.len() < BULK_ENTRIES;
+        let plan = match small {
+            true => self.plan_around(&recorded.added, &recorded.removed, live.lengths(), limits)?,
+            false => None,
+        };
+        match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
+            Some(Ok(diff)) => self.write_diff(live, txn, &diff, limits, progress),
+            Some(Err(error)) if !matches!(error, PlanError::RebuildNeeded(_)) => Err(error.into()),
+            // A bulk change, a rebuild the plan asks for, or a live filter
+            // whose lengths no longer fit the store: whole tables.
+            _ => self.swap_tables(live, txn, recorded, limits, progress),
+        }
+    }
+
+    /// Writes a small change's exact diff: inserts, commit, removes, bits.
+    fn write_diff(
+        &self,
+        live: &mut LiveFilter,
+        txn: StoreTransaction<'_>,
+        diff: &KeyDiff,
+        limits: PlanLimits,
+        progress: &dyn Progress,
+    ) -> Result<FilterUpdate> {
+        progress.start("writing the live filter", 0);
+        if let Err(error) = live.insert(&diff.insert) {
+            // The insert undid itself: the filter is as it was.
+            live.end_update();
+            return Err(WayOut::Resize.explain(error));
+        }
+        crash_point("inserted");
+        progress.start("committing", 0);
+        self.commit_or_repair(live, txn)?;
+        crash_point("committed");
+        live.remove(&diff.remove)?;
+        crash_point("removed");
+        // The change is committed and the filter right; should the check
+        // fail, the bits stay set, which only costs probes.
+        let _ = self.clear_unmarked_bits(live, &diff.clear_bits, limits);
+        Ok(FilterUpdate::Incremental {
+            inserted: diff.insert.len(),
+            removed: diff.remove.len(),
+        })
+    }
+
+    /// Swaps in a table of the old and the new entries, commits, then (if
+    /// entries were removed) a table of the new ones alone.
+    fn swap_tables(
+        &self,
+        live: &mut LiveFilter,
+        txn: StoreTransaction<'_>,
+        recorded: &Recorded,
+        limits: PlanLimits,
+        progress: &dyn Progress,
+    ) -> Result<FilterUpdate> {
+        let seed = live.seed();
+        let removed: HashSet<IpNet> = recorded.removed.iter().copied().collect();
+        let new: Vec<IpNet> = match &recorded.replacement {
+            Some(replacement) => replacement.clone(),
+            None => self
+                .store
+                .nets(ListKind::Blocklist)?
+                .into_iter()
+                .filter(|net| !removed.contains(net))
+                .chain(recorded.added.iter().copied())
+                .collect(),
+        };
+        progress.start("building and swapping in the new filter", 0);
+        let new_plan = KeyPlan::build(new.iter().copied(), limits)?;
+        let mut superset_live = false;
+        if !removed.is_empty() {
+            let union = KeyPlan::build(new.iter().chain(&recorded.removed).copied(), limits);
+            let swapped = union
+                .map_err(ControlError::from)
+                .and_then(|union| live.install(&union, seed).map_err(ControlError::from));
+            match swapped {
+                Ok(()) => superset_live = true,
+                // Too large together: the new table alone, before the commit.
+                Err(ControlError::Xdp(XdpError::Full(_)) | ControlError::Plan(_)) => {}
+                Err(error) => return Err(error),
+            }
+            crash_point("union-installed");
+        }
+        if let Err(error) = live.install(&new_plan, seed) {
+            // Unchanged, or a superset of the old entries: exact only if
+            // unchanged, else the mark stays for the repair.
+            if !superset_live {
+                live.end_update();
+            }
+            return Err(WayOut::Resize.explain(error));
+        }
+        crash_point("installed");
+        progress.start("committing", 0);
+        self.commit_or_repair(live, txn)?;
+        crash_point("committed");
+        Ok(FilterUpdate::Rebuilt {
+            keys: new_plan.key_count(),
+        })
+    }
+
+    /// Commits `txn`; if that fails, rebuilds the live filter from the
+    /// store as it is (the commit may or may not have landed).
+    fn commit_or_repair(&self, live: &mut LiveFilter, txn: StoreTransaction<'_>) -> Result<()> {
+        txn.commit().map_err(|error| match self.repair(live) {
+            Ok(()) => error.into(),
+            Err(repair) => repair,
+        })
+    }
+
+    /// Rebuilds the live filter and allowlist from the committed store and
+    /// clears the update mark: after a failed commit, or when a crashed
+    /// process left the mark.
+    pub(super) fn repair(&self, live: &mut LiveFilter) -> Result<()> {
+        let settings = self.settings()?;
+        let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
+        live.install(&plan, live.seed())
+            .map_err(|error| WayOut::Resize.explain(error))?;
+        live.set_allowlist(&self.stored_allowlist()?)?;
+        live.end_update();
+        Ok(())
+    }
+
+    /// A plan of the committed entries that can share a filter key with
+    /// `added` or `removed` under the live `lengths`: enough for an exact
+    /// diff of that change, without reading the whole store. An entry `E`
+    /// shares a key with a changed entry `N` only if both expand to the
+    /// same active length and one contains the other, so the candidates are
+    /// `N`'s prefixes down to just above the next shorter active length and
+    /// `N`'s subnets down to its target length. `None` when there are too
+    /// many candidates (then the caller rebuilds from the whole store).
+    fn plan_around(
+        &self,
+        added: &[IpNet],
+        removed: &[IpNet],
+        lengths: ActiveLengths,
+        limits: PlanLimits,
+    ) -> Result<Option<KeyPlan>> {
+        const MAX_CANDIDATES: usize = 1 << 20;
+        let mut candidates = Vec::new();
+        for net in added.iter().chain(removed) {
+            let active = lengths.get(family_of(net));
+            let len = net.prefix_len();
+            let Some(target) = active.iter().rev().copied().find(|&active| active >= len) else {
+                continue;
+            };
+            let shortest = active
+                .iter()
+                .copied()
+                .find(|&active| active < target)
+                .map_or(0, |floor| floor + 1);
+            let expansion = 1usize.checked_shl(u32::from(target - len) + 1);
+            if expansion.is_none_or(|size| candidates.len() + size > MAX_CANDIDATES) {
+                return Ok(None);
+            }
+            candidates.extend(prefixes_of(net.network(), shortest..=len));
+            for sub_len in len + 1..=target {
+                candidates.extend(net.subnets(sub_len).into_iter().flatten());
+            }
+        }
+        let sharing = self.store.existing(ListKind::Blocklist, candidates)?;
+        match KeyPlan::with_lengths(sharing, lengths, limits) {
+            Ok(plan) => Ok(Some(plan)),
+            Err(PlanError::RebuildNeeded(_)) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Clears those of `candidates`, the prefilter bits that a plan of the
+    /// entries around a committed change no longer needs, that no stored
+    /// entry needs: each is checked against a plan of every entry that can
+    /// mark it. For an IPv4 bit (one /16 block) those are the entries
+    /// inside the block and the prefixes that contain it; IPv6 blocks share
+    /// bytes by hash, so for IPv6 bits they are all IPv6 entries, and the
+    /// bits stay set when there are more than [`MAX_IPV6_SCAN`] (a stale
+    /// bit costs one probe, never a wrong answer).
+    fn clear_unmarked_bits(
+        &self,
+        live: &LiveFilter,
+        candidates: &[PrefilterBit],
+        limits: PlanLimits,
+    ) -> Result<()> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let mut markers = HashSet::new();
+        let mut ipv4_blocks = HashSet::new();
+        let mut check_ipv6 = false;
+        for bit in candidates {
+            match bit.family {
+                AddressFamily::Ipv4 => {
+                    if ipv4_blocks.insert(bit.block) {
+                        let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
+                        let block = IpNet::new_assert(first, 16);
+                        let containing = prefixes_of(first, 0..16);
+                        markers.extend(self.store.nets_within(ListKind::Blocklist, &block)?);
+                        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
+                    }
+                }
+                AddressFamily::Ipv6 => check_ipv6 = true,
+            }
+        }
+        if check_ipv6 {
+            let every_ipv6 = IpNet::V6(Ipv6Net::default());
+            let ipv6 = self.store.nets_within(ListKind::Blocklist, &every_ipv6)?;
+            check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
+            if check_ipv6 {
+                markers.extend(ipv6);
+            }
+        }
+        let plan = KeyPlan::with_lengths(markers, live.lengths(), limits)?;
+        let unmarked: Vec<PrefilterBit> = candidates
+            .iter()
+            .copied()
+            .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
+            .filter(|&bit| plan.bit_references(bit) == 0)
+            .collect();
+        live.clear_bits(&unmarked);
+        Ok(())
+    }
+}
+
+/// Step 1: records `change` in `txn` and in `report`.
+fn record(
+    txn: &mut StoreTransaction<'_>,
+    list: ListKind,
+    change: &UniqueChange<'_>,
+    report: &mut ChangeReport,
+    progress: &dyn Progress,
+) -> Result<Recorded> {
+    let recorded = match change {
+        UniqueChange::Add(entries) => {
+            progress.start("storing entries", entries.len() as u64);
+            let stored = txn.add(list, counted(entries, progress))?;
+            report.already_listed = stored.already_listed;
+            Recorded {
+                added: stored.added,
+                removed: Vec::new(),
+                replacement: None,
+            }
+        }
+        UniqueChange::Delete(nets) => {
+            let stored = txn.delete(list, nets.iter().copied())?;
+            report.not_listed = stored.missing;
+            Recorded {
+                added: Vec::new(),
+                removed: stored.deleted,
+                replacement: None,
+            }
+        }
+        UniqueChange::Replace(entries) => {
+            progress.start("storing entries", entries.len() as u64);
+            let stored = txn.replace(list, counted(entries, progress))?;
+            report.kept = stored.kept;
+            Recorded {
+                added: stored.added,
+                removed: stored.removed,
+                replacement: Some(entries.iter().map(|entry| entry.net).collect()),
+            }
+        }
+    };
+    report.added = recorded.added.len();
+    report.deleted = recorded.removed.len();
+    Ok(recorded)
+}
+
+/// Counts entries through `progress` as they are stored.
+fn counted<'a>(
+    entries: &'a [NewEntry<'a>],
+    progress: &'a dyn Progress,
+) -> impl Iterator<Item = NewEntry<'a>> + 'a {
+    entries.iter().enumerate().map(move |(index, entry)| {
+        if index % 4096 == 4095 {
+            progress.advance(4096);
+        }
+        *entry
+    })
+}
+
+/// Networks as the (address, prefix length) pairs the allowlist takes.
+pub(super) fn address_pairs(nets: &[IpNet]) -> Vec<(IpAddr, u8)> {
+    nets.iter()
+        .map(|net| (net.network(), net.prefix_len()))
+        .collect()
+}

@@ -1,0 +1,297 @@
+//! [`LiveFilter`]: the filter of a loaded or pinned blocklist as the
+//! control plane uses it, one type for every [`FilterShape`].
+//!
+//! It writes plans and diffs into the live table in the order that keeps
+//! every listed key visible to the program at every instant:
+//!
+//! * [`LiveFilter::install`] builds a whole table from a [`KeyPlan`] in
+//!   process memory and swaps it in with its profile and block prefilter
+//!   in one store;
+//! * [`LiveFilter::insert`] sets the new keys' prefilter bits, then inserts
+//!   them (`filter-core` writes each relocation's destination before
+//!   clearing its source); a full table undoes the call completely, bits
+//!   included;
+//! * [`LiveFilter::remove`] removes keys; the control plane calls it only
+//!   after the store has committed the change, and clears prefilter bits
+//!   ([`LiveFilter::clear_bits`]) only after that.
+//!
+//! It also carries the two marks the control plane keeps in the config:
+//! the id of the store the filter was built from, and the pid of a process
+//! changing the filter right now (a crash leaves it set; see
+//! `control::repair`).
+
+use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit};
+use blocklist_ebpf::{FilterShape, Mode, Policy};
+use filter_core::{CuckooFilter, NetKey};
+
+use super::maps::{filter_profile, BlocklistMaps, Counters};
+use super::table::{FilterTable, TableFingerprint};
+use super::{Result, XdpError};
+use crate::filter::{self, by_shape, FilterFull, TableSummary};
+use crate::plan::{ActiveLengths, KeyPlan};
+
+/// The live filter of one blocklist program.
+#[derive(Debug)]
+pub struct LiveFilter {
+    maps: BlocklistMaps,
+}
+
+impl LiveFilter {
+    /// The live filter of `maps`.
+    pub fn new(maps: BlocklistMaps) -> Self {
+        Self { maps }
+    }
+
+    /// The maps underneath, for the data-plane tests and diagnostics.
+    pub fn maps(&self) -> &BlocklistMaps {
+        &self.maps
+    }
+
+    /// The maps underneath, to change them directly (data-plane tests).
+    pub fn maps_mut(&mut self) -> &mut BlocklistMaps {
+        &mut self.maps
+    }
+
+    /// The fingerprint shape of the program's tables.
+    pub fn shape(&self) -> FilterShape {
+        self.maps.shape()
+    }
+
+    /// Buckets of every table of the program.
+    pub fn bucket_count(&self) -> usize {
+        self.maps.bucket_count()
+    }
+
+    /// The live table's seed.
+    pub fn seed(&self) -> u64 {
+        self.maps.live_profile().seed
+    }
+
+    /// The live profile's active prefix lengths.
+    pub fn lengths(&self) -> ActiveLengths {
+        let profile = self.maps.live_profile();
+        ActiveLengths::new(
+            profile.lengths(filter_core::AddressFamily::Ipv4),
+            profile.lengths(filter_core::AddressFamily::Ipv6),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Builds a table keyed with `seed` holding every key of `plan` and
+    /// makes it live with the plan's lengths and prefilter, atomically. On
+    /// error the live filter is unchanged.
+    pub fn install(&mut self, plan: &KeyPlan, seed: u64) -> Result<()> {
+        by_shape!(self.shape(), install_as(&mut self.maps, plan, seed))
+    }
+
+    /// Sets the prefilter bits of `keys`, then inserts them. If the table
+    /// fills up, every key this call inserted is removed again and every
+    /// bit it set is cleared: the filter is as it was.
+    pub fn insert(&mut self, keys: &[NetKey]) -> Result<()> {
+        let lengths = self.lengths();
+        let bits: Vec<PrefilterBit> = keys
+            .iter()
+            .flat_map(|key| key_bits(key, lengths.get(key.family())))
+            .collect();
+        let newly_set = self.maps.set_prefilter_bits(&bits);
+        let inserted = by_shape!(self.shape(), insert_as(&mut self.maps, keys));
+        if inserted.is_err() {
+            self.maps.clear_prefilter_bits(&newly_set);
+        }
+        inserted
+    }
+
+    /// Removes `keys` (one copy each).
+    pub fn remove(&mut self, keys: &[NetKey]) -> Result<()> {
+        by_shape!(self.shape(), remove_as(&mut self.maps, keys))
+    }
+
+    /// Whether the live filter holds each of `keys` and its prefilter marks
+    /// every block of the key (else packets of an unmarked block miss it).
+    pub fn contains(&mut self, keys: &[NetKey]) -> Result<Vec<bool>> {
+        by_shape!(self.shape(), contains_as(&mut self.maps, keys))
+    }
+
+    /// Occupancy of the live table (reads all of it).
+    pub fn summary(&mut self) -> Result<TableSummary> {
+        by_shape!(self.shape(), summary_as(&mut self.maps))
+    }
+
+    /// The live profile's prefilter as it is now.
+    pub fn prefilter(&self) -> Box<Prefilter> {
+        self.maps.live_prefilter()
+    }
+
+    /// Clears `bits` of the live prefilter: only bits no key in the filter
+    /// marks.
+    pub fn clear_bits(&self, bits: &[PrefilterBit]) {
+        self.maps.clear_prefilter_bits(bits);
+    }
+
+    /// The live mode.
+    pub fn mode(&self) -> Mode {
+        self.maps.mode()
+    }
+
+    /// The live policy.
+    pub fn policy(&self) -> Policy {
+        self.maps.policy()
+    }
+
+    /// Sets the mode.
+    pub fn set_mode(&self, mode: Mode) {
+        self.maps.set_mode(mode);
+    }
+
+    /// Sets the mode and the policy.
+    pub fn set_mode_and_policy(&self, mode: Mode, policy: Policy) {
+        self.maps.set_mode(mode);
+        self.maps.set_policy(policy);
+    }
+
+    /// The id of the store the filter was built from (zero: none).
+    pub fn store_id(&self) -> u64 {
+        self.maps.store_id()
+    }
+
+    /// Records the store the filter is built from.
+    pub fn set_store_id(&self, id: u64) {
+        self.maps.set_store_id(id);
+    }
+
+    /// The pid of a process that began changing the filter and has not
+    /// finished (zero: none).
+    pub fn updating_pid(&self) -> u32 {
+        self.maps.updating_pid()
+    }
+
+    /// Marks the filter as being changed by this process, until
+    /// [`Self::end_update`].
+    pub fn begin_update(&self) {
+        self.maps.set_updating_pid(std::process::id());
+    }
+
+    /// Clears the mark of [`Self::begin_update`].
+    pub fn end_update(&self) {
+        self.maps.set_updating_pid(0);
+    }
+
+    /// Adds `allow` entries (address, prefix length) to the allowlist, then
+    /// removes the `disallow` ones; see
+    /// [`BlocklistMaps::update_allowlist`].
+    pub fn update_allowlist(
+        &mut self,
+        allow: &[(std::net::IpAddr, u8)],
+        disallow: &[(std::net::IpAddr, u8)],
+    ) -> Result<()> {
+        self.maps.update_allowlist(allow, disallow)
+    }
+
+    /// Makes the allowlist exactly `entries`.
+    pub fn set_allowlist(&mut self, entries: &[(std::net::IpAddr, u8)]) -> Result<()> {
+        self.maps.set_allowlist(entries)
+    }
+
+    /// The counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters> {
+        self.maps.counters()
+    }
+}
+
+fn install_as<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    plan: &KeyPlan,
+    seed: u64,
+) -> Result<()> {
+    let bucket_count = maps.bucket_count();
+    let built = filter::build::<F, S>(plan.keys(), bucket_count, seed)?;
+    let profile = filter_profile(seed, bucket_count, plan.lengths())?;
+    let mut table = FilterTable::<F, S>::create(bucket_count)?;
+    table.fill(built.storage())?;
+    maps.install(table.map(), &profile, &plan.prefilter())
+}
+
+fn insert_as<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<()> {
+    let mut filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
+    let seed = filter.seed();
+    for (inserted, key) in keys.iter().enumerate() {
+        if filter.insert_hash(key.hash(seed)).is_err() {
+            for undone in keys[..inserted].iter().rev() {
+                filter.remove_hash(undone.hash(seed));
+            }
+            let summary = summary_as::<F, S>(maps)?;
+            return Err(XdpError::Full(FilterFull {
+                wanted: summary.fingerprints + keys.len(),
+                slots: summary.slots,
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn remove_as<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<()> {
+    let mut filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
+    let seed = filter.seed();
+    for key in keys {
+        filter.remove_hash(key.hash(seed));
+    }
+    Ok(())
+}
+
+fn contains_as<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<Vec<bool>> {
+    let prefilter = maps.live_prefilter();
+    let profile = maps.live_profile();
+    let filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
+    let seed = filter.seed();
+    Ok(keys
+        .iter()
+        .map(|key| {
+            let lengths = profile.lengths(key.family());
+            lengths.contains(&key.prefix_len())
+                && key_bits(key, lengths).all(|bit| prefilter.contains(bit))
+                && filter.contains_hash(key.hash(seed))
+        })
+        .collect())
+}
+
+fn summary_as<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+) -> Result<TableSummary> {
+    Ok(TableSummary::of(&live_filter::<F, S>(
+        maps,
+        Occupancy::Counted,
+    )?))
+}
+
+/// Whether a handle on the live table knows how many fingerprints it holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Occupancy {
+    /// Counted: reads every bucket, so every page of the mapping.
+    Counted,
+    /// Not counted (`len` starts at zero): for updates and lookups, which
+    /// touch a few buckets of a table of up to hundreds of megabytes.
+    Unknown,
+}
+
+/// The live table as a filter keyed with the live seed.
+fn live_filter<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    occupancy: Occupancy,
+) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
+    let seed = maps.live_profile().seed;
+    let table = maps.live_table::<F, S>()?;
+    match occupancy {
+        Occupancy::Counted => CuckooFilter::with_storage(table, seed),
+        Occupancy::Unknown => CuckooFilter::with_storage_and_len(table, seed, 0),
+    }
+    .map_err(|error| XdpError::Storage(format!("{error:?}")))
+}

@@ -1,0 +1,436 @@
+//! The maps of a loaded or pinned blocklist ([`BlocklistMaps`]): the
+//! mmapped config with its two profiles, the outer map of filter tables
+//! and the atomic swap between them, and the per-CPU counters. The block
+//! prefilter and the allowlist tries are in their own modules
+//! ([`super::prefilter`], [`super::allowlist`]).
+//!
+//! The config is changed one aligned field at a time with atomic stores,
+//! which the program reads once per packet; see the [module
+//! documentation](super) for the table swap.
+
+use std::mem::{offset_of, size_of};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Duration;
+
+use aya::maps::{ArrayOfMaps, Map, MapData, MapError, PerCpuArray};
+use aya::Ebpf;
+use blocklist_ebpf::prefilter::Prefilter;
+use blocklist_ebpf::{
+    counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
+    Outcome, Policy, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
+    MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
+};
+use filter_core::AddressFamily;
+
+use super::mapped::{MappedMap, MappedValue};
+use super::program::map_value;
+use super::table::{FilterTable, TableFingerprint};
+use super::{Result, XdpError};
+use crate::plan::ActiveLengths;
+
+/// How long a profile slot is left alone after it stopped being live: far
+/// longer than any run of the program, so no packet still reads it.
+const GRACE_PERIOD: Duration = Duration::from_millis(2);
+
+/// Bytes of a loaded program's block prefilters (one per profile), whatever
+/// the size of its filter.
+pub const PREFILTER_BYTES: usize = PROFILE_COUNT * size_of::<Prefilter>();
+
+/// A filter profile for a table of `bucket_count` buckets keyed with
+/// `seed`, probing `lengths` (longest first, as [`ActiveLengths`] keeps
+/// them); an error if a family has more lengths than the program probes.
+pub fn filter_profile(
+    seed: u64,
+    bucket_count: usize,
+    lengths: &ActiveLengths,
+) -> Result<FilterProfile> {
+    let probe_order = |family: AddressFamily| -> Result<([u8; MAX_PREFIX_LENGTHS], u32)> {
+        let active = lengths.get(family);
+        let mut order = [0u8; MAX_PREFIX_LENGTHS];
+        order
+            .get_mut(..active.len())
+            .ok_or(XdpError::TooManyLengths {
+                family,
+                count: active.len(),
+            })?
+            .copy_from_slice(active);
+        Ok((order, active.len() as u32))
+    };
+    let (ipv4_lengths, ipv4_length_count) = probe_order(AddressFamily::Ipv4)?;
+    let (ipv6_lengths, ipv6_length_count) = probe_order(AddressFamily::Ipv6)?;
+    Ok(FilterProfile {
+        seed,
+        bucket_mask: bucket_count.saturating_sub(1) as u32,
+        ipv4_length_count,
+        ipv6_length_count,
+        ipv4_lengths,
+        ipv6_lengths,
+        reserved: 0,
+    })
+}
+
+/// Packets and bytes per outcome and family, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    values: Vec<Counter>,
+}
+
+impl Counters {
+    /// The counter of `outcome` for `family`.
+    pub fn get(&self, outcome: Outcome, family: Family) -> Counter {
+        self.values
+            .get(counter_index(outcome, family) as usize)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// The maps of a loaded or pinned blocklist.
+#[derive(Debug)]
+pub struct BlocklistMaps {
+    shape: FilterShape,
+    bucket_count: usize,
+    config: MappedValue<Config>,
+    config_map: Map,
+    filters: Map,
+    pub(super) prefilters: MappedMap,
+    prefilter_map: Map,
+    counters: Map,
+    pub(super) allow_v4: Map,
+    pub(super) allow_v6: Map,
+}
+
+impl BlocklistMaps {
+    pub(super) fn take(ebpf: &mut Ebpf, shape: FilterShape, bucket_count: usize) -> Result<Self> {
+        Self::assemble(shape, Some(bucket_count), |name| {
+            ebpf.take_map(name).ok_or(XdpError::MissingMap(name))
+        })
+    }
+
+    /// `bucket_count`: the tables' size, or `None` to take it from the live
+    /// profile; `map`: the map of a name.
+    fn assemble(
+        shape: FilterShape,
+        bucket_count: Option<usize>,
+        mut map: impl FnMut(&'static str) -> Result<Map>,
+    ) -> Result<Self> {
+        let config_map = map(CONFIG_MAP)?;
+        let filters = map(shape.outer_map())?;
+        let prefilter_map = map(PREFILTER_MAP)?;
+        let counters = map(COUNTERS_MAP)?;
+        let allow_v4 = map(ALLOW_V4_MAP)?;
+        let allow_v6 = map(ALLOW_V6_MAP)?;
+        let config: MappedValue<Config> = map_value(&config_map, CONFIG_MAP)?;
+        let Map::Array(prefilter_data) = &prefilter_map else {
+            return Err(XdpError::MissingMap(PREFILTER_MAP));
+        };
+        let prefilters =
+            MappedMap::new(prefilter_data.fd().as_fd(), PREFILTER_BYTES).map_err(|source| {
+                XdpError::Mmap {
+                    name: PREFILTER_MAP,
+                    source,
+                }
+            })?;
+        let bucket_count = bucket_count.unwrap_or_else(|| {
+            let live = config.read();
+            live.profiles[live.active_profile as usize % PROFILE_COUNT].bucket_mask as usize + 1
+        });
+        Ok(Self {
+            shape,
+            bucket_count,
+            config,
+            config_map,
+            filters,
+            prefilters,
+            prefilter_map,
+            counters,
+            allow_v4,
+            allow_v6,
+        })
+    }
+
+    /// Opens the maps pinned by [`Self::pin`] in `dir`.
+    pub fn open_pinned(dir: &Path) -> Result<Self> {
+        let shape = FilterShape::ALL
+            .into_iter()
+            .find(|shape| dir.join(shape.outer_map()).exists())
+            .ok_or_else(|| XdpError::NoPinnedFilter(dir.to_owned()))?;
+        let open = |name: &str| {
+            let path = dir.join(name);
+            MapData::from_pin(&path)
+                .and_then(Map::from_map_data)
+                .map_err(|source| XdpError::OpenPinned { path, source })
+        };
+        Self::assemble(shape, None, open)
+    }
+
+    /// Pins every map in `dir` under its name (`CONFIG`, `PREFILTERS`,
+    /// `COUNTERS`, `ALLOW_V4`, `ALLOW_V6` and the shape's `FILTERS_FP*`).
+    pub fn pin(&self, dir: &Path) -> Result<()> {
+        for (name, map) in [
+            (CONFIG_MAP, &self.config_map),
+            (self.shape.outer_map(), &self.filters),
+            (PREFILTER_MAP, &self.prefilter_map),
+            (COUNTERS_MAP, &self.counters),
+            (ALLOW_V4_MAP, &self.allow_v4),
+            (ALLOW_V6_MAP, &self.allow_v6),
+        ] {
+            let path = dir.join(name);
+            map.pin(&path)
+                .map_err(|source| XdpError::Pin { path, source })?;
+        }
+        Ok(())
+    }
+
+    /// The per-CPU counter map, to hand to a program that takes over
+    /// ([`Blocklist::load_counting_into`]).
+    pub fn counters_map(&self) -> Result<&MapData> {
+        match &self.counters {
+            Map::PerCpuArray(data) => Ok(data),
+            _ => Err(XdpError::MissingMap(COUNTERS_MAP)),
+        }
+    }
+
+    /// Buckets of every filter table of the program.
+    pub fn bucket_count(&self) -> usize {
+        self.bucket_count
+    }
+
+    /// The filter shape the program was built for.
+    pub fn shape(&self) -> FilterShape {
+        self.shape
+    }
+
+    /// The config as it is now.
+    pub fn config(&self) -> Config {
+        self.config.read()
+    }
+
+    /// The live profile.
+    pub fn live_profile(&self) -> FilterProfile {
+        let config = self.config();
+        config.profiles[config.active_profile as usize % PROFILE_COUNT]
+    }
+
+    pub(super) fn fields(&self) -> &MappedMap {
+        self.config.fields()
+    }
+
+    pub(super) fn store_config_u32(&self, offset: usize, value: u32) {
+        if let Some(field) = self.fields().atomic_u32(offset) {
+            field.store(value, Ordering::Release);
+        }
+    }
+
+    /// Switches between enforce and monitor mode.
+    pub fn set_mode(&self, mode: Mode) {
+        self.store_config_u32(offset_of!(Config, mode), mode.to_u32());
+    }
+
+    /// Switches between deny and allow policy.
+    pub fn set_policy(&self, policy: Policy) {
+        self.store_config_u32(offset_of!(Config, policy), policy.to_u32());
+    }
+
+    /// Chooses what happens to malformed frames.
+    pub fn set_malformed_action(&self, action: MalformedAction) {
+        self.store_config_u32(offset_of!(Config, malformed_action), action.to_u32());
+    }
+
+    /// The live mode (enforce if the config holds no mode).
+    pub fn mode(&self) -> Mode {
+        Mode::from_u32(self.config().mode).unwrap_or(Mode::Enforce)
+    }
+
+    /// The live policy (deny if the config holds no policy).
+    pub fn policy(&self) -> Policy {
+        Policy::from_u32(self.config().policy).unwrap_or(Policy::Deny)
+    }
+
+    /// The id of the store the filter was built from (zero: none yet).
+    pub fn store_id(&self) -> u64 {
+        self.config().store_id
+    }
+
+    /// Records which store the filter is built from.
+    pub fn set_store_id(&self, id: u64) {
+        if let Some(field) = self.fields().atomic_u64(offset_of!(Config, store_id)) {
+            field.store(id, Ordering::Release);
+        }
+    }
+
+    /// The pid a control-plane process left while it changed the live
+    /// filter (zero: none is, or the last one finished).
+    pub fn updating_pid(&self) -> u32 {
+        self.config().updating_pid
+    }
+
+    /// Marks the live filter as being changed by process `pid` (zero when
+    /// done): a marker that outlives a crash.
+    pub fn set_updating_pid(&self, pid: u32) {
+        self.store_config_u32(offset_of!(Config, updating_pid), pid);
+    }
+
+    fn outer(&mut self) -> Result<ArrayOfMaps<&mut MapData>> {
+        let name = self.shape.outer_map();
+        ArrayOfMaps::try_from(&mut self.filters).map_err(|source| XdpError::Map { name, source })
+    }
+
+    /// The live filter table's map.
+    pub fn live_table_map(&mut self) -> Result<MapData> {
+        let name = self.shape.outer_map();
+        let active = self.config().active_profile % PROFILE_COUNT as u32;
+        self.outer()?
+            .get(&active, 0)
+            .map_err(|source| XdpError::Map { name, source })
+    }
+
+    /// The live filter table, to change single buckets in place (with
+    /// `CuckooFilter::with_storage(table, live_profile().seed)`). `F` and
+    /// `S` must match [`Self::shape`].
+    pub fn live_table<F: TableFingerprint, const S: usize>(&mut self) -> Result<FilterTable<F, S>> {
+        Ok(FilterTable::from_map(self.live_table_map()?)?)
+    }
+
+    /// Makes `table` with `profile` and `prefilter` live, atomically for
+    /// every packet (see the module documentation). The previous table is
+    /// released. `table` must have [`Self::bucket_count`] buckets, and the
+    /// filter answers correctly only if `profile` (see [`filter_profile`])
+    /// says so too and `prefilter` marks every key's blocks; the locate
+    /// diagnostic may be driven with other sizes.
+    pub fn install(
+        &mut self,
+        table: &MapData,
+        profile: &FilterProfile,
+        prefilter: &Prefilter,
+    ) -> Result<()> {
+        let name = self.shape.outer_map();
+        let found = table
+            .info()
+            .map_err(|source| XdpError::Map { name, source })?
+            .max_entries() as usize;
+        if found != self.bucket_count {
+            return Err(XdpError::TableSize {
+                expected: self.bucket_count,
+                found,
+            });
+        }
+        let active = self.live_slot() as u32;
+        let idle = (active + 1) % PROFILE_COUNT as u32;
+        self.outer()?
+            .set(idle, table, 0)
+            .map_err(|source| XdpError::Map { name, source })?;
+        self.write_profile(idle as usize, profile);
+        self.write_prefilter(idle as usize, prefilter);
+        self.store_config_u32(offset_of!(Config, active_profile), idle);
+        thread::sleep(GRACE_PERIOD);
+        // The old slot now aliases the live table, which frees the old one.
+        self.outer()?
+            .set(active, table, 0)
+            .map_err(|source| XdpError::Map { name, source })
+    }
+
+    pub(super) fn live_slot(&self) -> usize {
+        self.config().active_profile as usize % PROFILE_COUNT
+    }
+
+    fn write_profile(&self, slot: usize, profile: &FilterProfile) {
+        let base = offset_of!(Config, profiles) + slot * size_of::<FilterProfile>();
+        let fields = self.fields();
+        if let Some(seed) = fields.atomic_u64(base + offset_of!(FilterProfile, seed)) {
+            seed.store(profile.seed, Ordering::Release);
+        }
+        for (offset, value) in [
+            (offset_of!(FilterProfile, bucket_mask), profile.bucket_mask),
+            (
+                offset_of!(FilterProfile, ipv4_length_count),
+                profile.ipv4_length_count,
+            ),
+            (
+                offset_of!(FilterProfile, ipv6_length_count),
+                profile.ipv6_length_count,
+            ),
+            (offset_of!(FilterProfile, reserved), profile.reserved),
+        ] {
+            self.store_config_u32(base + offset, value);
+        }
+        for (offset, lengths) in [
+            (
+                offset_of!(FilterProfile, ipv4_lengths),
+                profile.ipv4_lengths,
+            ),
+            (
+                offset_of!(FilterProfile, ipv6_lengths),
+                profile.ipv6_lengths,
+            ),
+        ] {
+            for (position, len) in lengths.into_iter().enumerate() {
+                if let Some(field) = fields.atomic_u8(base + offset + position) {
+                    field.store(len, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// The counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters> {
+        let array =
+            PerCpuArray::<&MapData, [u64; 2]>::try_from(&self.counters).map_err(|source| {
+                XdpError::Map {
+                    name: COUNTERS_MAP,
+                    source,
+                }
+            })?;
+        let values = (0..array.len())
+            .map(|index| {
+                let per_cpu = array.get(&index, 0)?;
+                Ok(per_cpu
+                    .iter()
+                    .fold(Counter::default(), |sum, [packets, bytes]| Counter {
+                        packets: sum.packets + packets,
+                        bytes: sum.bytes + bytes,
+                    }))
+            })
+            .collect::<Result<Vec<_>, MapError>>()
+            .map_err(|source| XdpError::Map {
+                name: COUNTERS_MAP,
+                source,
+            })?;
+        Ok(Counters { values })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_probe_longest_first_without_repeats() {
+        let lengths = ActiveLengths::new(&[16, 32, 24, 32], &[48, 128]).unwrap();
+        let profile = filter_profile(7, 1024, &lengths).unwrap();
+        assert_eq!(profile.seed, 7);
+        assert_eq!(profile.bucket_mask, 1023);
+        assert_eq!(profile.ipv4_length_count, 3);
+        assert_eq!(profile.ipv4_lengths[..3], [32, 24, 16]);
+        assert_eq!(profile.ipv6_length_count, 2);
+        assert_eq!(profile.ipv6_lengths[..2], [128, 48]);
+    }
+
+    #[test]
+    fn profiles_refuse_impossible_lengths_and_budgets() {
+        assert_eq!(ActiveLengths::new(&[33], &[]), None);
+        assert_eq!(ActiveLengths::new(&[], &[129]), None);
+        let nine: Vec<u8> = (20..29).collect();
+        let lengths = ActiveLengths::new(&nine, &[]).unwrap();
+        assert!(matches!(
+            filter_profile(0, 1, &lengths),
+            Err(XdpError::TooManyLengths {
+                family: AddressFamily::Ipv4,
+                count: 9
+            })
+        ));
+    }
+}

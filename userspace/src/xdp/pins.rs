@@ -1,0 +1,256 @@
+//! The pin directory ([`PinDir`]): where a loaded blocklist's program, maps
+//! and one BPF link per interface are pinned on a bpf filesystem, so the
+//! attachment outlives the process that made it:
+//!
+//! ```text
+//! <pin dir>/program, CONFIG, PREFILTERS, COUNTERS, ALLOW_V4, ALLOW_V6, FILTERS_FP<bits>
+//! <pin dir>/links/<interface>@<native|skb>
+//! ```
+//!
+//! Preparing a directory mounts a bpf filesystem at `/sys/fs/bpf` when
+//! nothing is mounted there yet (a fresh machine), unless this process's
+//! mount namespace ends with it (as under `ip netns exec`), where the mount
+//! and the attachment would vanish. Directories are created 0700 whatever
+//! the umask; pins are 0600 by the kernel's own rule.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::maps::BlocklistMaps;
+use super::program::{attach_pinned_program, detach_pinned, Blocklist, PINNED_PROGRAM};
+use super::{AttachMode, LiveFilter, Result, XdpError};
+
+/// Where cfctl pins its program, maps and links unless told otherwise.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/cfctl";
+/// The subdirectory holding one link per interface.
+const LINKS_DIR: &str = "links";
+/// Magic number of a bpffs in `statfs`.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// Where bpffs is normally mounted.
+const BPFFS_ROOT: &str = "/sys/fs/bpf";
+
+/// One interface with a pinned link.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Attachment {
+    /// Interface name.
+    pub interface: String,
+    /// `native` or `skb`.
+    pub mode: &'static str,
+    /// Whether the interface still exists.
+    pub present: bool,
+}
+
+/// A pin directory on a bpf filesystem.
+#[derive(Clone, Debug)]
+pub struct PinDir {
+    path: PathBuf,
+}
+
+impl PinDir {
+    /// The pin directory at `path` (nothing is created yet).
+    pub fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+        }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn links_dir(&self) -> PathBuf {
+        self.path.join(LINKS_DIR)
+    }
+
+    /// Whether a program is pinned here.
+    pub fn has_program(&self) -> bool {
+        self.path.join(PINNED_PROGRAM).exists()
+    }
+
+    /// Whether anything but the link directory is pinned here.
+    pub fn has_pins(&self) -> bool {
+        fs::read_dir(&self.path)
+            .is_ok_and(|mut pins| pins.any(|pin| pin.is_ok_and(|pin| pin.file_name() != LINKS_DIR)))
+    }
+
+    /// The live filter of the program pinned here; `None` if no program is
+    /// pinned. An error if the program is there but a map pin is missing
+    /// or unusable.
+    pub fn open(&self) -> Result<Option<LiveFilter>> {
+        if !self.has_program() {
+            return Ok(None);
+        }
+        BlocklistMaps::open_pinned(&self.path).map(|maps| Some(LiveFilter::new(maps)))
+    }
+
+    /// Makes sure the directory can hold pins (see the module
+    /// documentation).
+    pub fn prepare(&self) -> Result<()> {
+        let error = |source| XdpError::PinDir {
+            path: self.path.clone(),
+            source,
+        };
+        let root = Path::new(BPFFS_ROOT);
+        if self.path.starts_with(root) && !is_bpffs(root) {
+            if mount_namespace_ends_with_this_process() {
+                let namespace = named_network_namespace().unwrap_or_else(|| "NAME".to_owned());
+                return Err(error(io::Error::other(format!(
+                    "nothing is mounted on {BPFFS_ROOT}, and this process has a mount namespace \
+                     of its own (as under `ip netns exec`, which gives each command its own \
+                     /sys): a bpf filesystem mounted now would vanish when cfctl exits, and the \
+                     attachment with it; enter only the network namespace instead: \
+                     `nsenter --net=/run/netns/{namespace} cfctl ...`"
+                ))));
+            }
+            super::preload::mount_bpffs(root).map_err(error)?;
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(self.links_dir())
+            .map_err(error)?;
+        if !is_bpffs(&self.path) {
+            return Err(error(io::Error::other(
+                "it is not on a bpf filesystem (mount one with `mount -t bpf bpf DIR`)",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Pins `blocklist`'s program and maps here.
+    pub fn pin(&self, blocklist: &mut Blocklist) -> Result<()> {
+        blocklist.pin(&self.path)
+    }
+
+    /// The interfaces with a link pinned here, by name, with the links'
+    /// paths.
+    pub fn links(&self) -> Vec<(Attachment, PathBuf)> {
+        let Ok(dir) = fs::read_dir(self.links_dir()) else {
+            return Vec::new();
+        };
+        let mut links: Vec<_> = dir
+            .filter_map(|entry| entry.ok())
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let (interface, mode) = name.rsplit_once('@')?;
+                let attachment = Attachment {
+                    interface: interface.to_owned(),
+                    mode: AttachMode::from_name(mode)?.name(),
+                    present: interface_index(interface).is_ok(),
+                };
+                Some((attachment, entry.path()))
+            })
+            .collect();
+        links.sort_by(|(a, _), (b, _)| a.interface.cmp(&b.interface));
+        links
+    }
+
+    /// The interfaces with a link pinned here.
+    pub fn attachments(&self) -> Vec<Attachment> {
+        self.links().into_iter().map(|(link, _)| link).collect()
+    }
+
+    /// Attaches the program pinned here to `interface` (index `index`) with
+    /// a link pinned in the link directory.
+    pub fn attach(&self, interface: &str, index: u32, mode: AttachMode) -> Result<()> {
+        let link = self
+            .links_dir()
+            .join(format!("{interface}@{}", mode.name()));
+        attach_pinned_program(&self.path, index, mode, &link)
+    }
+
+    /// Removes the link pinned at `link` (from [`Self::links`]).
+    pub fn detach(&self, link: &Path) -> Result<()> {
+        detach_pinned(link)
+    }
+
+    /// Removes the pinned program and maps: every pin but the links.
+    pub fn unpin_program_and_maps(&self) {
+        let Ok(pins) = fs::read_dir(&self.path) else {
+            return;
+        };
+        for pin in pins.filter_map(|pin| pin.ok()) {
+            if pin.file_name() != LINKS_DIR {
+                let _ = fs::remove_file(pin.path());
+            }
+        }
+    }
+
+    /// Removes the pinned program and maps and the (empty) directories.
+    pub fn remove(&self) {
+        self.unpin_program_and_maps();
+        let _ = fs::remove_dir(self.links_dir());
+        let _ = fs::remove_dir(&self.path);
+    }
+}
+
+/// The kernel's index of interface `name`.
+pub fn interface_index(name: &str) -> Result<u32> {
+    let no_interface = || XdpError::NoInterface(name.to_owned());
+    let c_name = CString::new(name).map_err(|_| no_interface())?;
+    // SAFETY: a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(c_name.as_ptr()) } {
+        0 => Err(no_interface()),
+        index => Ok(index),
+    }
+}
+
+/// Whether a mount made now would vanish when this process exits: it runs
+/// in a mount namespace other than init's that no other process shares (as
+/// under `ip netns exec NS cfctl`, or `unshare -m cfctl`). In init's mount
+/// namespace (also under `nsenter --net`), or in one a shell or service
+/// around cfctl lives in, a mount outlives cfctl.
+fn mount_namespace_ends_with_this_process() -> bool {
+    let Some(own) = namespace_id(Path::new("/proc/self/ns/mnt")) else {
+        return false;
+    };
+    if namespace_id(Path::new("/proc/1/ns/mnt")) == Some(own) {
+        return false;
+    }
+    let own_pid = std::process::id().to_string();
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return false;
+    };
+    !processes
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name())
+        .filter(|name| name.as_encoded_bytes().iter().all(u8::is_ascii_digit))
+        .filter(|name| name.as_encoded_bytes() != own_pid.as_bytes())
+        .any(|pid| namespace_id(&Path::new("/proc").join(pid).join("ns/mnt")) == Some(own))
+}
+
+/// The (device, inode) pair that identifies the namespace behind a
+/// `/proc/PID/ns/*` link.
+fn namespace_id(link: &Path) -> Option<(u64, u64)> {
+    fs::metadata(link)
+        .ok()
+        .map(|namespace| (namespace.dev(), namespace.ino()))
+}
+
+/// The name in `/run/netns` (where `ip netns` keeps them) of the network
+/// namespace this process runs in, if it has one.
+fn named_network_namespace() -> Option<String> {
+    let own = namespace_id(Path::new("/proc/self/ns/net"))?;
+    fs::read_dir("/run/netns")
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .find(|entry| namespace_id(&entry.path()) == Some(own))
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(c_path) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs only writes the struct we pass.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and a valid out pointer.
+    let found = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } == 0;
+    found && stat.f_type as i64 == BPF_FS_MAGIC
+}

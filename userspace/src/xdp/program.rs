@@ -1,0 +1,377 @@
+//! Loading the blocklist object and its program ([`Blocklist`]),
+//! attaching it to interfaces directly or with pinned BPF links, moving a
+//! pinned link to another program with no gap, and running the program on
+//! a frame with `BPF_PROG_TEST_RUN` (verdict tests, the locate diagnostic).
+//!
+//! Loading goes through [`preload`](super::preload): the outer filter map is
+//! created first with a table of the chosen size as its inner template, so
+//! the verifier inlines every bucket lookup.
+
+use std::mem::offset_of;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use aya::maps::{Map, MapData};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::xdp::XdpLink;
+use aya::programs::Xdp;
+use aya::{Ebpf, EbpfLoader};
+use aya_obj::programs::XdpAttachType;
+use blocklist_ebpf::prefilter::Prefilter;
+use blocklist_ebpf::{
+    FilterShape, LocateReport, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, COUNTERS_MAP,
+    DEFAULT_ALLOWLIST_ENTRIES, LOCATE_MAP, LOCATE_PROGRAM, MATCH_DESTINATION_GLOBAL,
+};
+
+use super::mapped::{MappedValue, PlainData};
+use super::maps::{filter_profile, BlocklistMaps};
+use super::preload::{self, TemporaryBpffs};
+use super::table::{FilterTable, TableError};
+use super::test_run::{run_xdp, TestRun};
+use super::{AttachMode, LiveFilter, Result, XdpError};
+use crate::plan::ActiveLengths;
+
+/// The compiled `blocklist` eBPF object.
+static BLOCKLIST_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/blocklist"));
+
+/// Name of the pinned program in a pin directory.
+pub const PINNED_PROGRAM: &str = "program";
+
+/// How to load the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Fingerprint width and slots per bucket.
+    pub shape: FilterShape,
+    /// Buckets of every filter table of the program: a power of two.
+    pub bucket_count: usize,
+    /// Hash seed of the first table.
+    pub seed: u64,
+    /// Match sources or destinations.
+    pub match_address: MatchAddress,
+    /// Capacity of each allowlist (IPv4 and IPv6).
+    pub allowlist_entries: u32,
+}
+
+impl LoadOptions {
+    /// Options for a filter of `shape` that holds `capacity` keys, with a
+    /// random seed; `None` if no table can be that large.
+    pub fn for_capacity(shape: FilterShape, capacity: usize) -> Option<Self> {
+        Some(Self {
+            shape,
+            bucket_count: filter_core::sizing::cuckoo_buckets(capacity, shape.slots())?,
+            seed: crate::filter::random_seed(),
+            match_address: MatchAddress::Source,
+            allowlist_entries: DEFAULT_ALLOWLIST_ENTRIES as u32,
+        })
+    }
+}
+
+/// A loaded blocklist program and its maps.
+#[derive(Debug)]
+pub struct Blocklist {
+    ebpf: Ebpf,
+    shape: FilterShape,
+    live: LiveFilter,
+    locate: Option<MappedValue<LocateReport>>,
+}
+
+impl Blocklist {
+    /// Loads the object and the program for `options.shape`, and makes an
+    /// empty table of `options.bucket_count` buckets live (no prefix
+    /// lengths: nothing is listed).
+    pub fn load(options: &LoadOptions) -> Result<Self> {
+        Self::load_with(options, None)
+    }
+
+    /// Like [`Self::load`], but the new program counts into `counters`, the
+    /// counter map of another blocklist ([`BlocklistMaps::counters_map`]).
+    /// A program that takes over from another one (a resize) goes on
+    /// counting where the old one stopped: while the links switch over,
+    /// both programs add to the same per-CPU values, so no packet is lost
+    /// from the counts or counted twice.
+    pub fn load_counting_into(options: &LoadOptions, counters: &MapData) -> Result<Self> {
+        Self::load_with(options, Some(counters))
+    }
+
+    fn load_with(options: &LoadOptions, counters: Option<&MapData>) -> Result<Self> {
+        let outer_name = options.shape.outer_map();
+        let table = EmptyTable::create(options.shape, options.bucket_count)?;
+        let outer = preload::create_outer_map(outer_name, table.map())
+            .map_err(|source| XdpError::OuterMap { source })?;
+        let bpffs = TemporaryBpffs::mount().map_err(|source| XdpError::Bpffs { source })?;
+        let pin = bpffs.path().join(outer_name);
+        outer.pin(&pin).map_err(|source| XdpError::Pin {
+            path: pin.clone(),
+            source,
+        })?;
+        let match_destination = options.match_address.to_u32() as u8;
+        let mut loader = EbpfLoader::new();
+        loader
+            .override_global(MATCH_DESTINATION_GLOBAL, &match_destination, true)
+            .map_max_entries(ALLOW_V4_MAP, options.allowlist_entries)
+            .map_max_entries(ALLOW_V6_MAP, options.allowlist_entries)
+            .map_pin_path(outer_name, pin);
+        if let Some(counters) = counters {
+            let pin = bpffs.path().join(COUNTERS_MAP);
+            counters.pin(&pin).map_err(|source| XdpError::Pin {
+                path: pin.clone(),
+                source,
+            })?;
+            loader.map_pin_path(COUNTERS_MAP, pin);
+        }
+        let mut ebpf = loader.load(BLOCKLIST_OBJECT)?;
+        drop(bpffs);
+        let name = options.shape.program();
+        xdp_mut(&mut ebpf, name)?
+            .load()
+            .map_err(|source| XdpError::Program { name, source })?;
+        let mut maps = BlocklistMaps::take(&mut ebpf, options.shape, options.bucket_count)?;
+        let profile = filter_profile(
+            options.seed,
+            options.bucket_count,
+            &ActiveLengths::default(),
+        )?;
+        maps.install(table.map(), &profile, &Prefilter::EMPTY)?;
+        Ok(Self {
+            ebpf,
+            shape: options.shape,
+            live: LiveFilter::new(maps),
+            locate: None,
+        })
+    }
+
+    /// The live filter.
+    pub fn live(&mut self) -> &mut LiveFilter {
+        &mut self.live
+    }
+
+    /// The maps.
+    pub fn maps(&self) -> &BlocklistMaps {
+        self.live.maps()
+    }
+
+    /// The maps, to change them.
+    pub fn maps_mut(&mut self) -> &mut BlocklistMaps {
+        self.live.maps_mut()
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp> {
+        xdp_mut(&mut self.ebpf, self.shape.program())
+    }
+
+    /// Attaches the program to interface `if_index`; the attachment lasts
+    /// as long as this `Blocklist` (or until [`Self::detach`]).
+    pub fn attach(
+        &mut self,
+        if_index: u32,
+        mode: AttachMode,
+    ) -> Result<aya::programs::xdp::XdpLinkId> {
+        let name = self.shape.program();
+        self.program()?
+            .attach_to_if_index(if_index, mode.into())
+            .map_err(|source| XdpError::Program { name, source })
+    }
+
+    /// Detaches an attachment made by [`Self::attach`].
+    pub fn detach(&mut self, link: aya::programs::xdp::XdpLinkId) -> Result<()> {
+        let name = self.shape.program();
+        self.program()?
+            .detach(link)
+            .map_err(|source| XdpError::Program { name, source })
+    }
+
+    /// Attaches the program to interface `if_index` with a BPF link pinned
+    /// at `link_path`: the attachment outlives this process until
+    /// [`detach_pinned`] removes it.
+    pub fn attach_pinned(
+        &mut self,
+        if_index: u32,
+        mode: AttachMode,
+        link_path: &Path,
+    ) -> Result<()> {
+        let name = self.shape.program();
+        attach_with_pinned_link(self.program()?, name, if_index, mode, link_path)
+    }
+
+    /// Moves the attachment pinned at `link_path` (by
+    /// [`Self::attach_pinned`] or [`attach_pinned_program`], of any
+    /// blocklist) to this program with one `bpf_link_update`: packets on
+    /// that interface go from the old program to this one with no gap. The
+    /// link stays pinned where it is.
+    pub fn take_over_pinned_link(&mut self, link_path: &Path) -> Result<()> {
+        let name = self.shape.program();
+        let link = XdpLink::try_from(FdLink::from(PinnedLink::from_pin(link_path)?))?;
+        let link_id = self
+            .program()?
+            .attach_to_link(link)
+            .map_err(|source| XdpError::Program { name, source })?;
+        // Keep the link (pinned) when this program is dropped.
+        drop(
+            self.program()?
+                .take_link(link_id)
+                .map_err(|source| XdpError::Program { name, source })?,
+        );
+        Ok(())
+    }
+
+    /// Pins the maps (see [`BlocklistMaps::pin`]) and the program (as
+    /// `program`) in `dir`, an existing directory on a bpffs.
+    pub fn pin(&mut self, dir: &Path) -> Result<()> {
+        self.live.maps().pin(dir)?;
+        let path = dir.join(PINNED_PROGRAM);
+        self.program()?
+            .pin(&path)
+            .map_err(|source| XdpError::Pin { path, source })
+    }
+
+    /// Runs the blocklist program on `frame` with BPF_PROG_TEST_RUN,
+    /// `repeat` times; counters count every repetition.
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        self.test_run_program(self.shape.program(), frame, repeat)
+    }
+
+    /// Runs the loaded program `name` on `frame` with BPF_PROG_TEST_RUN.
+    fn test_run_program(&self, name: &'static str, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        let xdp: &Xdp = self
+            .ebpf
+            .program(name)
+            .ok_or(XdpError::MissingProgram(name))?
+            .try_into()
+            .map_err(|source| XdpError::Program { name, source })?;
+        let fd = xdp
+            .fd()
+            .map_err(|source| XdpError::Program { name, source })?;
+        run_xdp(fd.as_fd(), frame, repeat).map_err(|source| XdpError::TestRun {
+            program: name,
+            source,
+        })
+    }
+
+    /// Diagnostic: what the program's own code computes for `frame`'s
+    /// matched address at the live profile's first prefix length of its
+    /// family (hash, and fingerprint and buckets for each fingerprint
+    /// width), by running the `locate_key` program on it. `None` for a frame
+    /// that is not IP.
+    pub fn locate(&mut self, frame: &[u8]) -> Result<Option<LocateReport>> {
+        if self.locate.is_none() {
+            xdp_mut(&mut self.ebpf, LOCATE_PROGRAM)?
+                .load()
+                .map_err(|source| XdpError::Program {
+                    name: LOCATE_PROGRAM,
+                    source,
+                })?;
+            let map = self
+                .ebpf
+                .take_map(LOCATE_MAP)
+                .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
+            self.locate = Some(map_value(&map, LOCATE_MAP)?);
+        }
+        let report = self
+            .locate
+            .as_ref()
+            .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
+        let valid = report
+            .fields()
+            .atomic_u32(offset_of!(LocateReport, valid))
+            .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
+        valid.store(0, Ordering::SeqCst);
+        self.test_run_program(LOCATE_PROGRAM, frame, 1)?;
+        let value = report.read();
+        Ok((value.valid == 1).then_some(value))
+    }
+}
+
+/// Attaches the program that [`Blocklist::pin`] pinned in `dir` to one
+/// more interface, with a BPF link pinned at `link_path`; every interface
+/// shares the pinned maps.
+pub fn attach_pinned_program(
+    dir: &Path,
+    if_index: u32,
+    mode: AttachMode,
+    link_path: &Path,
+) -> Result<()> {
+    const NAME: &str = "pinned blocklist program";
+    let mut program = Xdp::from_pin(dir.join(PINNED_PROGRAM), XdpAttachType::Interface)
+        .map_err(|source| XdpError::Program { name: NAME, source })?;
+    attach_with_pinned_link(&mut program, NAME, if_index, mode, link_path)
+}
+
+fn attach_with_pinned_link(
+    program: &mut Xdp,
+    name: &'static str,
+    if_index: u32,
+    mode: AttachMode,
+    link_path: &Path,
+) -> Result<()> {
+    let program_error = |source| XdpError::Program { name, source };
+    let link_id = program
+        .attach_to_if_index(if_index, mode.into())
+        .map_err(program_error)?;
+    let link = program.take_link(link_id).map_err(program_error)?;
+    FdLink::try_from(link)?
+        .pin(link_path)
+        .map_err(|source| XdpError::Pin {
+            path: link_path.to_owned(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Removes an attachment made by [`Blocklist::attach_pinned`] or
+/// [`attach_pinned_program`].
+pub fn detach_pinned(link_path: &Path) -> Result<()> {
+    let link = PinnedLink::from_pin(link_path)?;
+    // Unpinning drops the last reference once the returned FdLink goes.
+    drop(link.unpin().map_err(|source| XdpError::PinnedLink {
+        path: link_path.to_owned(),
+        source,
+    })?);
+    Ok(())
+}
+
+fn xdp_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp> {
+    ebpf.program_mut(name)
+        .ok_or(XdpError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| XdpError::Program { name, source })
+}
+
+pub(super) fn map_value<T: PlainData>(map: &Map, name: &'static str) -> Result<MappedValue<T>> {
+    let Map::Array(data) = map else {
+        return Err(XdpError::MissingMap(name));
+    };
+    MappedValue::new(data.fd().as_fd()).map_err(|source| XdpError::Mmap { name, source })
+}
+
+/// An empty table of any shape, only to be installed.
+enum EmptyTable {
+    Fingerprint8(FilterTable<u8, 8>),
+    Fingerprint16(FilterTable<u16, 4>),
+    Fingerprint32(FilterTable<u32, 4>),
+}
+
+impl EmptyTable {
+    fn create(shape: FilterShape, bucket_count: usize) -> Result<Self, TableError> {
+        Ok(match shape {
+            FilterShape::Fingerprint8 => {
+                EmptyTable::Fingerprint8(FilterTable::create(bucket_count)?)
+            }
+            FilterShape::Fingerprint16 => {
+                EmptyTable::Fingerprint16(FilterTable::create(bucket_count)?)
+            }
+            FilterShape::Fingerprint32 => {
+                EmptyTable::Fingerprint32(FilterTable::create(bucket_count)?)
+            }
+        })
+    }
+
+    fn map(&self) -> &MapData {
+        match self {
+            EmptyTable::Fingerprint8(table) => table.map(),
+            EmptyTable::Fingerprint16(table) => table.map(),
+            EmptyTable::Fingerprint32(table) => table.map(),
+        }
+    }
+}
