@@ -156,13 +156,14 @@ fn a_late_answer_is_waited_for_and_its_copies_are_discarded() {
 #[test]
 fn an_answer_after_the_deadline_does_not_answer_the_next_request() {
     let timing = LinkTiming {
-        deadline: Duration::from_millis(300),
+        deadline: Duration::from_millis(1000),
         resend_after: Duration::from_secs(10),
     };
     let (mut client, device) = client_with(
         timing,
         Box::new(|index, id, k| {
-            let pause = if index == 0 { 600 } else { 0 };
+            // Past the first deadline, well before the second.
+            let pause = if index == 0 { 1400 } else { 0 };
             Some(vec![(Duration::from_millis(pause), answer(id, truth(k)))])
         }),
     );
@@ -179,10 +180,12 @@ fn an_answer_after_the_deadline_does_not_answer_the_next_request() {
 
 #[test]
 fn a_frame_the_device_could_not_read_is_sent_again() {
-    // The device says the first copy of every request was damaged.
+    // The device says the first copy of every request was damaged, and
+    // answers the copies after it.
+    let mut rejected_ids = std::collections::HashSet::new();
     let (mut client, device) = client_with(
         QUICK,
-        Box::new(|index, id, k| {
+        Box::new(move |_, id, k| {
             let rejected = frame_of(&Envelope {
                 id: NO_ID,
                 message: Response::Error(Error::Frame(FrameError::Crc {
@@ -190,9 +193,10 @@ fn a_frame_the_device_could_not_read_is_sent_again() {
                     computed: 2,
                 })),
             });
+            let first_copy = rejected_ids.insert(id);
             Some(vec![(
                 Duration::ZERO,
-                if index.is_multiple_of(2) {
+                if first_copy {
                     rejected
                 } else {
                     answer(id, truth(k))
@@ -204,9 +208,12 @@ fn a_frame_the_device_could_not_read_is_sent_again() {
         assert_eq!(client.check(Item::U64(k)).unwrap(), truth(k), "item {k}");
     }
     let stats = client.link_stats();
-    assert_eq!((stats.rejected, stats.resent), (20, 20), "{stats:?}");
+    assert_eq!(stats.rejected, 20, "{stats:?}");
+    // One resend per rejection (more only if the machine stalled for the
+    // silence interval).
+    assert!(stats.resent >= 20, "{stats:?}");
     drop(client);
-    assert_eq!(device.join().unwrap(), 40);
+    assert!(device.join().unwrap() >= 40);
 }
 
 #[test]
