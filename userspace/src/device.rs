@@ -62,7 +62,10 @@ impl DeviceClient<Box<dyn Port>> {
     /// Opens `target` (see [`Target::parse`]) and says hello; returns the
     /// client and the device's [`Info`].
     pub fn open(target: &str, baud: u32, timing: LinkTiming) -> Result<(Self, Info), DeviceError> {
-        let port = Target::parse(target).open(baud, timing.resend_after / 4)?;
+        // Reads wake the link often enough to resend on time (a zero read
+        // timeout would mean "never" to the socket).
+        let poll = (timing.resend_after / 4).max(Duration::from_millis(1));
+        let port = Target::parse(target).open(baud, poll)?;
         let mut client = DeviceClient::with_timing(port, timing);
         let info = client.hello()?;
         Ok((client, info))
