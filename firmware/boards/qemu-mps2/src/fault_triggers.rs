@@ -14,7 +14,9 @@ pub struct Watch {
 
 impl Watch {
     pub const fn new() -> Self {
-        Self { window: [0; WINDOW] }
+        Self {
+            window: [0; WINDOW],
+        }
     }
 
     /// Looks at `bytes` as they arrive; fails when a trigger completes.
