@@ -213,10 +213,16 @@ fn add_and_save(memory: &mut [u8], prefixes: &[Prefix]) {
 
 fn flash_images(dir: &Path, prefixes: &[Prefix]) {
     let mut memory = vec![0xff; FLASH_LEN];
+    // The first byte: 0 takes the flash as it is, 1 fixes CRCs first.
     add_and_save(&mut memory, &prefixes[..30]);
-    write(dir, "one_image", &memory);
+    write(dir, "one_image", &[&[0u8][..], &memory].concat());
     add_and_save(&mut memory, &prefixes[30..60]);
-    write(dir, "two_images", &memory);
+    write(dir, "two_images", &[&[0u8][..], &memory].concat());
+    write(
+        dir,
+        "two_images_crcs_fixed",
+        &[&[1u8][..], &memory].concat(),
+    );
 }
 
 fn device_responses(dir: &Path) {

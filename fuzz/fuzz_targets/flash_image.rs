@@ -2,10 +2,17 @@
 //! flash contents (two slots). Never a panic; boot only reads; a loaded
 //! image is a consistent filter; and an image saved on top of whatever was
 //! there is the one the next boot loads.
+//!
+//! Random bytes almost never carry a right CRC, so when the input's first
+//! byte is odd the target first makes each slot's record CRC and its
+//! snapshot's trailer CRC right (where the record says the snapshot ends):
+//! the fields behind the CRCs get fuzzed too.
 #![no_main]
 
 use cuckoo_fuzz::{Filter, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
 use filter_core::protocol::{Request, Response, PROTOCOL_VERSION};
+use filter_core::snapshot::{CRC32, TRAILER_LEN};
+use firmware::store::{record, RECORD_LEN};
 use firmware::{Device, RamFlash};
 use libfuzzer_sys::fuzz_target;
 
@@ -32,10 +39,37 @@ fn boot(memory: &mut [u8]) -> (Vec<u8>, Option<u32>) {
     (bytes_of(device.filter()), info.saved_sequence)
 }
 
+/// Makes the record CRC of the slot at `start`, and the CRC of the
+/// snapshot its record points to, right.
+fn fix_crcs(memory: &mut [u8], start: usize, slot_len: usize) {
+    let slot = &mut memory[start..start + slot_len];
+    let image_len = u32::from_le_bytes(
+        slot[record::IMAGE_LEN.offset..record::IMAGE_LEN.end()]
+            .try_into()
+            .expect("four bytes"),
+    ) as usize;
+    let image_start = RECORD_LEN as usize;
+    if image_len >= TRAILER_LEN && image_start + image_len <= slot_len {
+        let trailer = image_start + image_len - TRAILER_LEN;
+        let crc = CRC32.checksum(&slot[image_start..trailer]);
+        slot[trailer..trailer + TRAILER_LEN].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = CRC32.checksum(&slot[..record::CRC.offset]);
+    slot[record::CRC.offset..record::CRC.end()].copy_from_slice(&crc.to_le_bytes());
+}
+
 fuzz_target!(|data: &[u8]| {
+    let Some((&mode, contents)) = data.split_first() else {
+        return;
+    };
     let mut memory = vec![0xff; FLASH_LEN];
-    let len = data.len().min(FLASH_LEN);
-    memory[..len].copy_from_slice(&data[..len]);
+    let len = contents.len().min(FLASH_LEN);
+    memory[..len].copy_from_slice(&contents[..len]);
+    if mode & 1 == 1 {
+        for start in LAYOUT.offsets {
+            fix_crcs(&mut memory, start as usize, LAYOUT.slot_len as usize);
+        }
+    }
     let original = memory.clone();
 
     let first = boot(&mut memory);
