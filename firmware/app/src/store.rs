@@ -201,11 +201,11 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             current_slot: None,
             next_sequence: 1,
         };
-        let highest = (0..2)
+        let newest = (0..2)
             .filter_map(|slot| store.record(slot))
             .map(|record| record.sequence)
-            .max();
-        store.next_sequence = highest.map_or(1, |sequence| sequence.wrapping_add(1));
+            .reduce(|a, b| if is_newer(b, a) { b } else { a });
+        store.next_sequence = newest.map_or(1, |sequence| sequence.wrapping_add(1));
         store
     }
 
@@ -245,9 +245,15 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         filter: &mut CuckooFilter<F, S, B>,
     ) -> Option<Image> {
         let mut records = [(0usize, self.record(0)), (1, self.record(1))];
-        records.sort_unstable_by_key(|(_, record)| {
-            core::cmp::Reverse(record.map(|record| record.sequence))
-        });
+        // Newest first (a slot without a record last).
+        let swap = match records {
+            [(_, Some(first)), (_, Some(second))] => is_newer(second.sequence, first.sequence),
+            [(_, None), _] => true,
+            _ => false,
+        };
+        if swap {
+            records.swap(0, 1);
+        }
         for (slot, record) in records {
             let Some(record) = record else { continue };
             if self.verify(slot, record.image_len, filter).is_ok()
@@ -382,6 +388,14 @@ impl<Flash: NorFlash> ImageStore<Flash> {
     }
 }
 
+/// Whether sequence number `candidate` was given out after `than`: serial
+/// number arithmetic (RFC 1982), so that the image saved after number
+/// `u32::MAX`, number 0, counts as the newer one. The two slots' numbers
+/// are always close, as each save takes the next one.
+fn is_newer(candidate: u32, than: u32) -> bool {
+    (1..=u32::MAX / 2).contains(&candidate.wrapping_sub(than))
+}
+
 /// Feeds the `image_len` bytes of the snapshot in `slot` to `target`.
 fn read_snapshot<Flash: NorFlash, F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
     store: &ImageStore<Flash>,
@@ -464,7 +478,7 @@ impl<F: Fingerprint, const S: usize, Flash: NorFlash> BucketStorage<F, S>
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing)]
+#[allow(clippy::indexing_slicing, clippy::panic)]
 mod tests {
     use super::*;
     use filter_core::AddressFamily;
@@ -491,6 +505,49 @@ mod tests {
         assert_eq!(bytes[12..16], 65_588u32.to_le_bytes());
         assert_eq!(bytes[16..48], record.prefix_lengths.to_le_bytes());
         assert_eq!(bytes[60..], CRC32.checksum(&bytes[..60]).to_le_bytes());
+    }
+
+    #[test]
+    fn the_image_saved_after_the_last_sequence_number_is_the_newest() {
+        // Found by the flash_image fuzz target: the save after number
+        // u32::MAX got number 0, and the next boot loaded the older image.
+        let layout = SlotLayout {
+            offsets: [0, 1024],
+            slot_len: 1024,
+        };
+        let mut memory = [0xffu8; 2048];
+        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        assert!(filter.insert(&1u64).is_ok());
+        let saved = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout)
+            .save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(1));
+        // Renumber that image to the last sequence number.
+        let mut bytes = [0u8; record::LEN];
+        bytes.copy_from_slice(&memory[..record::LEN]);
+        let renumbered = Record::decode(&bytes).map(|record| Record {
+            sequence: u32::MAX,
+            ..record
+        });
+        let Some(renumbered) = renumbered else {
+            panic!("the saved record does not decode");
+        };
+        memory[..record::LEN].copy_from_slice(&renumbered.encode());
+
+        assert!(filter.insert(&2u64).is_ok());
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(u32::MAX));
+        let saved = store.save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(0));
+
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(0), "the older image was loaded");
+        assert!(loaded.contains(&2u64));
+        assert!(is_newer(0, u32::MAX) && is_newer(5, 4) && !is_newer(4, 5));
+        assert!(!is_newer(7, 7));
     }
 
     #[test]
