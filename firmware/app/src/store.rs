@@ -22,7 +22,8 @@
 //! in the slot's first erase unit), writes the snapshot, reads it back
 //! through [`SnapshotLoader`] to check header, length, CRC and item count,
 //! and only then writes the commit record with the next sequence number. At
-//! boot the valid record with the highest sequence whose snapshot also
+//! boot the valid record with the newest sequence (serial-number
+//! arithmetic: the number after `u32::MAX` is 0) whose snapshot also
 //! checks out is loaded. An interrupted erase or write leaves that slot
 //! without a valid record (or with a snapshot that fails its CRC), so boot
 //! falls back to the other slot, which was never touched.
