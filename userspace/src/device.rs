@@ -1,21 +1,24 @@
 //! The host side of the firmware's serial protocol
-//! ([`filter_core::protocol`]): frames requests onto a byte stream, reads
-//! exactly one response per request, and offers one method per request,
-//! plus [`DeviceClient::push_snapshot`] that uploads a whole filter built on
-//! the host.
+//! ([`filter_core::protocol`]): one method per request, plus
+//! [`DeviceClient::push_snapshot`] that uploads a whole filter built on the
+//! host.
 //!
-//! [`port`] opens the stream (serial port or pty, unix socket, TCP).
+//! * [`link`]: request ids, discarding answers that are not this
+//!   request's, and resending until the answer comes;
+//! * [`port`]: opens the stream (serial port or pty, unix socket, TCP).
 
+pub mod link;
 pub mod port;
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
 use filter_core::protocol::{
-    self, FrameError, FrameReader, Info, Item, Located, PrefixLengths, Request, Response, Stats,
-    MAX_BATCH, MAX_CHUNK_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION,
+    self, FrameError, Info, Item, Located, PrefixLengths, Request, Response, Stats, MAX_BATCH,
+    MAX_CHUNK_LEN, PROTOCOL_VERSION,
 };
 
+pub use link::{Link, LinkStats, LinkTiming};
 pub use port::{Port, Target};
 
 /// Why a request to the device failed.
@@ -24,14 +27,15 @@ pub enum DeviceError {
     /// Opening, reading or writing the stream failed.
     #[error("device link: {0}")]
     Io(#[from] io::Error),
-    /// The device sent nothing back within the timeout.
+    /// The device sent nothing back within the deadline.
     #[error("device did not answer within {0:?}")]
     Timeout(Duration),
     /// The stream ended.
     #[error("device closed the link")]
     Closed,
-    /// The device's answer was not a valid frame.
-    #[error("device sent a bad frame: {0}")]
+    /// Until the deadline, only damaged frames came back (from the device
+    /// or, as it reported, to it).
+    #[error("no intact answer within the deadline: {0}")]
     BadResponse(FrameError),
     /// The device answered with an error.
     #[error("device refused the request: {0}")]
@@ -51,74 +55,56 @@ pub enum DeviceError {
 
 /// A connection to a filter device.
 pub struct DeviceClient<P> {
-    port: P,
-    reader: Box<FrameReader<MAX_FRAME_LEN>>,
-    timeout: Duration,
+    link: Link<P>,
 }
 
 impl DeviceClient<Box<dyn Port>> {
     /// Opens `target` (see [`Target::parse`]) and says hello; returns the
     /// client and the device's [`Info`].
-    pub fn open(target: &str, baud: u32, timeout: Duration) -> Result<(Self, Info), DeviceError> {
-        let port = Target::parse(target).open(baud, timeout)?;
-        let mut client = DeviceClient::new(port, timeout);
+    pub fn open(target: &str, baud: u32, timing: LinkTiming) -> Result<(Self, Info), DeviceError> {
+        // Reads wake the link often enough to resend on time (a zero read
+        // timeout would mean "never" to the socket).
+        let poll = (timing.resend_after / 4).max(Duration::from_millis(1));
+        let port = Target::parse(target).open(baud, poll)?;
+        let mut client = DeviceClient::with_timing(port, timing);
         let info = client.hello()?;
         Ok((client, info))
     }
 }
 
 impl<P: Read + Write> DeviceClient<P> {
-    /// A client on an open stream whose reads time out after `timeout`.
-    /// Sends a lone delimiter first, so that the device drops any half
-    /// frame an earlier client left behind.
+    /// A client on an open stream whose reads time out after `timeout`,
+    /// waiting at most `timeout` for each answer.
     pub fn new(port: P, timeout: Duration) -> Self {
-        let mut client = Self {
-            port,
-            reader: Box::new(FrameReader::new()),
-            timeout,
-        };
-        // A failure here shows up on the first request.
-        let _ = client.port.write_all(&[0]);
-        client
+        Self::with_timing(port, LinkTiming::with_deadline(timeout))
+    }
+
+    /// A client on an open stream, with the given deadline and resend
+    /// interval (see [`link`]).
+    pub fn with_timing(port: P, timing: LinkTiming) -> Self {
+        Self::with_link(Link::new(port, timing))
+    }
+
+    /// A client over `link`.
+    pub fn with_link(link: Link<P>) -> Self {
+        Self { link }
+    }
+
+    /// What the link discarded or repeated so far.
+    pub fn link_stats(&self) -> LinkStats {
+        self.link.stats()
     }
 
     /// Sends `request` and returns the device's response, errors included.
     pub fn request(&mut self, request: &Request<'_>) -> Result<Response, DeviceError> {
-        let mut frame = vec![0u8; MAX_FRAME_LEN + 1];
-        let frame = protocol::encode(request, &mut frame).map_err(|_| DeviceError::TooLarge)?;
-        self.exchange_raw(frame)
+        self.link.call(request)
     }
 
-    /// Sends raw bytes (which should end a frame) and returns the one
-    /// response they get: for testing how a device treats damaged frames.
+    /// Sends raw bytes (which should end a frame) and returns the next
+    /// response, whatever its id: for testing how a device treats damaged
+    /// frames.
     pub fn exchange_raw(&mut self, bytes: &[u8]) -> Result<Response, DeviceError> {
-        self.port.write_all(bytes)?;
-        self.port.flush()?;
-        self.read_response()
-    }
-
-    fn read_response(&mut self) -> Result<Response, DeviceError> {
-        let mut byte = [0u8; 1];
-        loop {
-            match self.port.read(&mut byte) {
-                Ok(0) => return Err(DeviceError::Closed),
-                Ok(_) => {}
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(DeviceError::Timeout(self.timeout))
-                }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error.into()),
-            }
-            if let Some(frame) = self.reader.push(byte[0]) {
-                let frame = frame.map_err(DeviceError::BadResponse)?;
-                return protocol::decode::<Response>(frame).map_err(DeviceError::BadResponse);
-            }
-        }
+        self.link.exchange_raw(bytes)
     }
 
     /// Sends `request` and picks the expected answer out of the response.

@@ -1,15 +1,23 @@
 //! `cfctl --device` against the QEMU firmware image: import a shared
 //! blocklist (built and pushed as a snapshot), check listed and unlisted
-//! addresses, delete an entry, add one, read status and stats, save; and a
+//! addresses, delete an entry, add one, read status and stats, save; a
 //! bad list that is refused with `file:line` and changes nothing on the
-//! device. Needs `qemu-system-arm` and `defmt-print` (`./x setup`).
+//! device; and, over a serial line that outlives its clients, answers left
+//! on the line by a client that did not read them (or was killed) that
+//! must not answer the next command. Needs `qemu-system-arm` and
+//! `defmt-print` (`./x setup`).
 
 mod common;
 
 use std::collections::HashSet;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use common::cfctl::{binary, expect_one_error_line};
 use common::qemu::{firmware_elf, repo_root, Qemu};
+use common::serial_line::SerialLine;
+use filter_core::protocol::{self, Envelope, Item, Prefix, Request};
 use ipnet::IpNet;
 use userspace::blocklist::{parse_file, ParseOptions};
 
@@ -149,6 +157,94 @@ fn cfctl_reaches_a_device_served_over_tcp() {
         true
     );
     assert_eq!(device_json(&device, &["status"])["entries"], 1);
+    let log = qemu.stop_and_decode_log(&elf);
+    assert!(!log.is_empty(), "the firmware logged nothing");
+}
+
+/// The frame of `request` with request id `id`.
+fn request_frame(id: u32, request: Request<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; protocol::MAX_FRAME_LEN + 1];
+    let envelope = Envelope {
+        id,
+        message: request,
+    };
+    protocol::encode(&envelope, &mut out).unwrap().to_vec()
+}
+
+/// Waits (at most 20 s) until the line holds `frames` answers for the
+/// next client.
+fn wait_for_waiting_frames(line: &SerialLine, frames: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while line.waiting_frames() < frames {
+        assert!(Instant::now() < deadline, "the device did not answer");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn answers_left_on_the_line_do_not_answer_the_next_command() {
+    let elf = firmware_elf();
+    let (mut qemu, uart) = Qemu::boot(&elf);
+    let line = SerialLine::start(qemu.dir(), uart, None);
+    let device = line.path().to_owned();
+    assert_eq!(device_json(&device, &["add", "198.18.7.0/24"])["added"], 1);
+
+    // A client sends requests and leaves without reading the answers: a
+    // "listed" answer, counters and the device's info wait on the line.
+    let listed = Item::Net(Prefix::V4 {
+        address: [198, 18, 7, 7],
+        len: 32,
+    });
+    let mut careless = UnixStream::connect(&device).unwrap();
+    for (id, request) in [
+        (1, Request::Check(listed)),
+        (2, Request::Stats),
+        (3, Request::Check(listed)),
+        (
+            4,
+            Request::Hello {
+                version: protocol::PROTOCOL_VERSION,
+            },
+        ),
+    ] {
+        careless.write_all(&request_frame(id, request)).unwrap();
+    }
+    // The normal image has no fault triggers: these are damaged frames.
+    careless.write_all(b"!panic\0!hardfault\0").unwrap();
+    drop(careless);
+    wait_for_waiting_frames(&line, 6);
+
+    // The next commands get their own answers.
+    assert_eq!(
+        device_json(&device, &["check", "198.18.5.6"])["listed"],
+        false
+    );
+    assert_eq!(
+        device_json(&device, &["check", "198.18.7.8"])["listed"],
+        true
+    );
+    assert_eq!(device_json(&device, &["status"])["entries"], 1);
+
+    // An import killed half way leaves answers (and perhaps half a frame)
+    // on the line too.
+    let list = repo_root().join("../shared/data/blocklists/spamhaus_drop.netset");
+    let mut import = binary()
+        .arg("--device")
+        .arg(&device)
+        .arg("import")
+        .arg(&list)
+        .spawn()
+        .expect("running cfctl");
+    std::thread::sleep(Duration::from_millis(400));
+    import.kill().unwrap();
+    import.wait().unwrap();
+    assert_eq!(
+        device_json(&device, &["check", "198.18.5.6"])["listed"],
+        false
+    );
+    let stats = device_json(&device, &["stats"]);
+    assert!(stats["requests"].as_u64().unwrap() > 6, "{stats}");
+
     let log = qemu.stop_and_decode_log(&elf);
     assert!(!log.is_empty(), "the firmware logged nothing");
 }

@@ -3,7 +3,9 @@
 //! the cross-target test vectors, a blocklist pushed as a snapshot, 10,000
 //! checks compared with filter-core on the host, deletes, damaged frames and
 //! a damaged snapshot that must change nothing, a save, and the decoded
-//! defmt log.
+//! defmt log; and 10,000 random operations over a lossy serial line
+//! (dropped, flipped, duplicated and cut bytes, bursts of noise) that must
+//! leave the device exactly where a model on the host is.
 //!
 //! Needs `qemu-system-arm` and `defmt-print` (`./x setup`). Builds the
 //! image itself with cargo in `firmware/boards` (or takes the ELF named by
@@ -12,16 +14,18 @@
 
 mod common;
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::qemu::{firmware_elf, repo_root, Qemu};
+use common::qemu::{firmware_elf, firmware_elf_with_fault_triggers, repo_root, Qemu};
+use common::serial_line::{Faults, SerialLine};
 
 use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, Response};
 use filter_core::StaticCuckooFilter;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use userspace::device::{DeviceClient, DeviceError};
+use userspace::device::{DeviceClient, DeviceError, LinkTiming};
 
 /// The device's filter shape (firmware/boards/qemu-mps2/src/main.rs).
 type HostFilter = StaticCuckooFilter<u16, 4, 8192>;
@@ -322,4 +326,244 @@ fn firmware_in_qemu_matches_filter_core() {
             "defmt log lacks {expected:?}:\n{log}"
         );
     }
+}
+
+/// The lossy line's faults: about one byte in 400 in each direction, which
+/// damages some 5-10% of the frames and keeps the run to a minute or two.
+const LOSSY: Faults = Faults {
+    per_byte: 0.0025,
+    seed: 0x1055_11e5,
+};
+const LOSSY_OPERATIONS: usize = 10_000;
+
+/// A random item: one of 4,000 numbers or a prefix in 198.18.0.0/15 (so
+/// that adds repeat and deletes find something).
+fn random_item(rng: &mut StdRng) -> Item<'static> {
+    if rng.random_bool(0.5) {
+        return Item::U64(rng.random_range(0..4_000));
+    }
+    let len = [16, 24, 32][rng.random_range(0..3)];
+    let address = (0xc612_0000u32 | rng.random_range(0..0x2_0000)) & (u32::MAX << (32 - len));
+    Item::Net(Prefix::V4 {
+        address: address.to_be_bytes(),
+        len,
+    })
+}
+
+/// The device as the host expects it: the same filter-core filter under
+/// the same seed, fed the same operations, and the list of items added
+/// (with repeats).
+struct Model {
+    filter: Box<HostFilter>,
+    lengths: PrefixLengths,
+    listed: Vec<Item<'static>>,
+}
+
+impl Model {
+    fn add(&mut self, item: Item<'static>) {
+        let hash = item.hash(self.filter.seed()).unwrap();
+        self.filter.insert_hash(hash).unwrap();
+        if let Item::Net(prefix) = item {
+            self.lengths.insert(prefix.family(), prefix.prefix_len());
+        }
+        self.listed.push(item);
+    }
+
+    fn delete(&mut self, item: Item<'static>) -> bool {
+        let hash = item.hash(self.filter.seed()).unwrap();
+        let found = self.filter.remove_hash(hash);
+        if let Some(index) = self.listed.iter().position(|listed| *listed == item) {
+            self.listed.swap_remove(index);
+        }
+        found
+    }
+
+    fn contains(&self, item: &Item<'_>) -> bool {
+        protocol::contains(&self.filter, &self.lengths, item).unwrap()
+    }
+
+    /// A random item listed fewer than four times (a bucket pair holds at
+    /// most eight copies of one fingerprint).
+    fn addable(&self, rng: &mut StdRng, batch: &[Item<'static>]) -> Item<'static> {
+        loop {
+            let item = random_item(rng);
+            let copies = self
+                .listed
+                .iter()
+                .chain(batch)
+                .filter(|listed| **listed == item)
+                .count();
+            if copies < 4 {
+                return item;
+            }
+        }
+    }
+}
+
+#[test]
+fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
+    let elf = firmware_elf();
+    let (mut qemu, uart) = Qemu::boot(&elf);
+    let line = SerialLine::start(qemu.dir(), uart, Some(LOSSY));
+    let stream = UnixStream::connect(line.path()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    let timing = LinkTiming {
+        deadline: Duration::from_secs(30),
+        resend_after: Duration::from_millis(60),
+    };
+    let mut device = DeviceClient::with_timing(stream, timing);
+    let info = device.hello().unwrap();
+    let mut model = Model {
+        filter: Box::new(HostFilter::new(info.seed)),
+        lengths: PrefixLengths::new(),
+        listed: Vec::new(),
+    };
+    let mut rng = StdRng::seed_from_u64(LOSSY.seed);
+    let mut saved_sequence = info.saved_sequence.unwrap_or(0);
+    let started = Instant::now();
+    for operation in 0..LOSSY_OPERATIONS {
+        let context = |what: &str| format!("operation {operation} ({what})");
+        match rng.random_range(0..100) {
+            0..30 => {
+                let item = model.addable(&mut rng, &[]);
+                device.add(item).unwrap();
+                model.add(item);
+            }
+            30..40 => {
+                let mut items = Vec::new();
+                for _ in 0..rng.random_range(2..=8) {
+                    items.push(model.addable(&mut rng, &items));
+                }
+                assert_eq!(device.add_batch(&items).unwrap(), items.len());
+                items.into_iter().for_each(|item| model.add(item));
+            }
+            40..60 => {
+                let item = match model.listed.len() {
+                    0 => random_item(&mut rng),
+                    len if rng.random_bool(0.7) => model.listed[rng.random_range(0..len)],
+                    _ => random_item(&mut rng),
+                };
+                let found = device.delete(item).unwrap();
+                assert_eq!(found, model.delete(item), "{}", context("delete"));
+            }
+            60..85 => {
+                let item = random_item(&mut rng);
+                let present = device.check(item).unwrap();
+                assert_eq!(present, model.contains(&item), "{}", context("check"));
+            }
+            85..95 => {
+                let items: Vec<Item<'static>> = (0..rng.random_range(1..=16))
+                    .map(|_| random_item(&mut rng))
+                    .collect();
+                let expected: Vec<bool> = items.iter().map(|item| model.contains(item)).collect();
+                assert_eq!(
+                    device.check_batch(&items).unwrap(),
+                    expected,
+                    "{}",
+                    context("check batch")
+                );
+            }
+            95..99 => {
+                let info = device.hello().unwrap();
+                assert_eq!(
+                    info.entries as usize,
+                    model.filter.len(),
+                    "{}",
+                    context("hello")
+                );
+            }
+            _ => {
+                // A save executed twice would skip a sequence number.
+                saved_sequence += 1;
+                assert_eq!(
+                    device.save().unwrap(),
+                    saved_sequence,
+                    "{}",
+                    context("save")
+                );
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+
+    // The device holds exactly the model's items: the count, every listed
+    // item, and the model's answer for 2,000 random items.
+    let info = device.hello().unwrap();
+    assert_eq!(info.entries as usize, model.filter.len());
+    assert_eq!(model.filter.len(), model.listed.len());
+    assert_eq!(info.prefix_lengths, model.lengths);
+    let listed = model.listed.clone();
+    assert!(device
+        .check_batch(&listed)
+        .unwrap()
+        .into_iter()
+        .all(|present| present));
+    let probes: Vec<Item<'static>> = (0..2_000).map(|_| random_item(&mut rng)).collect();
+    let expected: Vec<bool> = probes.iter().map(|item| model.contains(item)).collect();
+    assert_eq!(device.check_batch(&probes).unwrap(), expected);
+
+    // The line did damage frames, and the link and the device saw it.
+    let (to_device, to_host) = line.faults();
+    let link = device.link_stats();
+    let stats = device.stats().unwrap();
+    eprintln!(
+        "{LOSSY_OPERATIONS} operations over the lossy line in {elapsed:.1?}: \
+         faults host->device {to_device:?}, device->host {to_host:?}; \
+         link {link:?}; device: {} frame errors, {} replayed",
+        stats.frame_errors, stats.replayed
+    );
+    assert!(to_device.total() > 100 && to_host.total() > 100);
+    assert!(link.resent > 0 && link.damaged + link.rejected > 0);
+    assert!(stats.frame_errors > 0 && stats.replayed > 0);
+    drop(device);
+    drop(line);
+    qemu.stop_and_decode_log(&elf);
+}
+
+#[test]
+fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_saved_image() {
+    let elf = firmware_elf_with_fault_triggers();
+    let (mut qemu, stream) = Qemu::boot(&elf);
+    stream
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let mut trigger = stream.try_clone().unwrap();
+    let timing = LinkTiming {
+        deadline: Duration::from_secs(30),
+        resend_after: Duration::from_millis(200),
+    };
+    let mut device = DeviceClient::with_timing(stream, timing);
+    let saved: Vec<Item<'_>> = (0..3).map(Item::U64).collect();
+    assert_eq!(device.add_batch(&saved).unwrap(), 3);
+    assert_eq!(device.save().unwrap(), 1);
+    for name in ["panic", "hardfault"] {
+        // Entries added after the save are lost with the reset.
+        device.add_batch(&[Item::U64(100), Item::U64(101)]).unwrap();
+        assert_eq!(device.hello().unwrap().entries, 5);
+        trigger.write_all(format!("!{name}\0").as_bytes()).unwrap();
+        // The client resends until the rebooted device answers.
+        let info = device.hello().unwrap();
+        assert_eq!(
+            (info.entries, info.saved_sequence),
+            (3, Some(1)),
+            "after a {name}, the device must come back with its saved image"
+        );
+        let present = device.check_batch(&saved).unwrap();
+        assert!(present.into_iter().all(|present| present));
+    }
+    let log = qemu.stop_and_decode_log_after_faults(&elf);
+    for expected in [
+        "fault trigger: panic",
+        "panic at",
+        "HardFault at pc",
+        "loaded image 1: 3 entries",
+    ] {
+        assert!(
+            log.contains(expected),
+            "defmt log lacks {expected:?}:\n{log}"
+        );
+    }
+    assert_eq!(log.matches("ready: ").count(), 3, "three boots:\n{log}");
 }

@@ -3,10 +3,16 @@
 //!
 //! This layer knows nothing of ports or bytes on a wire beyond whole frames
 //! ([`Device::answer_frame`]); [`crate::serve()`] moves the bytes.
+//!
+//! Invariants: every frame gets exactly one response frame, which carries
+//! the request's id ([`NO_ID`] when the frame could not be read); a
+//! damaged frame changes nothing; a retransmitted request (the same id
+//! and frame CRC as the last one executed) is answered with the remembered
+//! response and not executed again (see [`filter_core::protocol`]).
 
 use filter_core::protocol::{
-    self, Error, FrameError, Info, Item, PrefixLengths, Request, Response, Stats, MAX_CHUNK_LEN,
-    PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, PrefixLengths, Request, Response, Stats,
+    MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
@@ -21,6 +27,14 @@ struct Upload {
     prefix_lengths: PrefixLengths,
 }
 
+/// The last request executed, to recognise a retransmission of it.
+#[derive(Clone, Debug)]
+struct LastRequest {
+    id: u32,
+    frame_crc: u32,
+    response: Response,
+}
+
 /// The filter device, generic over the filter's fingerprint, bucket size
 /// and storage, and over the flash that keeps its images.
 pub struct Device<'f, F: Fingerprint, const S: usize, B, Flash> {
@@ -28,6 +42,7 @@ pub struct Device<'f, F: Fingerprint, const S: usize, B, Flash> {
     prefix_lengths: PrefixLengths,
     store: ImageStore<Flash>,
     upload: Option<Upload>,
+    last_request: Option<LastRequest>,
     stats: Stats,
 }
 
@@ -72,6 +87,7 @@ where
             prefix_lengths,
             store,
             upload: None,
+            last_request: None,
             stats: Stats::default(),
         }
     }
@@ -88,24 +104,53 @@ where
         frame: Result<&mut [u8], FrameError>,
         out: &'o mut [u8; protocol::MAX_RESPONSE_FRAME_LEN],
     ) -> &'o [u8] {
-        let response = match frame.and_then(protocol::decode::<Request>) {
-            Ok(request) => self.answer(request),
+        let answer = match frame.and_then(protocol::decode_with_crc::<Envelope<Request>>) {
+            Ok((envelope, frame_crc)) => self.answer_envelope(envelope, frame_crc),
             Err(error) => {
                 crate::log_warn!("rejected frame: {}", error);
                 self.stats.frame_errors = self.stats.frame_errors.wrapping_add(1);
-                Response::Error(Error::Frame(error))
+                Envelope {
+                    id: NO_ID,
+                    message: Response::Error(Error::Frame(error)),
+                }
             }
         };
         self.stats.requests = self.stats.requests.wrapping_add(1);
-        if let Response::Error(error) = &response {
-            if !matches!(error, Error::Frame(_)) {
-                self.stats.request_errors = self.stats.request_errors.wrapping_add(1);
-            }
-        }
         // Every response fits MAX_RESPONSE_FRAME_LEN (a protocol test checks
         // the largest ones), so the fallback is never sent.
-        let len = protocol::encode(&response, out).map_or(0, |frame| frame.len());
+        let len = protocol::encode(&answer, out).map_or(0, |frame| frame.len());
         out.get(..len).unwrap_or(&[])
+    }
+
+    /// Answers a readable request: again from memory if it is a copy of
+    /// the last one, else by executing it (and remembering the answer).
+    fn answer_envelope(
+        &mut self,
+        Envelope { id, message }: Envelope<Request<'_>>,
+        frame_crc: u32,
+    ) -> Envelope<Response> {
+        if let Some(last) = &self.last_request {
+            if id != NO_ID && last.id == id && last.frame_crc == frame_crc {
+                self.stats.replayed = self.stats.replayed.wrapping_add(1);
+                return Envelope {
+                    id,
+                    message: last.response.clone(),
+                };
+            }
+        }
+        let response = self.answer(message);
+        if let Response::Error(_) = &response {
+            self.stats.request_errors = self.stats.request_errors.wrapping_add(1);
+        }
+        self.last_request = (id != NO_ID).then(|| LastRequest {
+            id,
+            frame_crc,
+            response: response.clone(),
+        });
+        Envelope {
+            id,
+            message: response,
+        }
     }
 
     /// Answers one request.

@@ -14,17 +14,21 @@
 //!   flash) and for tests.
 //! * [`mod@serve`]: the loop that reads frames from the port and writes the
 //!   answers.
+//! * [`rx_ring`]: received bytes queued by an interrupt handler for the
+//!   main loop (boards with interrupt-driven reception).
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod device;
 pub mod ram_flash;
+pub mod rx_ring;
 pub mod serve;
 pub mod store;
 
 pub use device::Device;
 pub use ram_flash::RamFlash;
+pub use rx_ring::{RingReader, RxRing};
 pub use serve::serve;
 pub use store::{ImageStore, SlotLayout};
 

@@ -12,7 +12,8 @@
 //! Commit record, little-endian: magic `b"CFIM"`, record version (u16, 1),
 //! two reserved bytes, sequence number (u32), snapshot length (u32), the
 //! [`PrefixLengths`] (32 bytes), 12 reserved bytes, and a CRC-32 of the
-//! preceding 60 bytes.
+//! preceding 60 bytes. The [`record`] module defines each field's place
+//! once; encoder and decoder both use it.
 //!
 //! # Why power loss cannot lose the saved filter
 //!
@@ -21,7 +22,8 @@
 //! in the slot's first erase unit), writes the snapshot, reads it back
 //! through [`SnapshotLoader`] to check header, length, CRC and item count,
 //! and only then writes the commit record with the next sequence number. At
-//! boot the valid record with the highest sequence whose snapshot also
+//! boot the valid record with the newest sequence (serial-number
+//! arithmetic: the number after `u32::MAX` is 0) whose snapshot also
 //! checks out is loaded. An interrupted erase or write leaves that slot
 //! without a valid record (or with a snapshot that fails its CRC), so boot
 //! falls back to the other slot, which was never touched.
@@ -33,11 +35,8 @@ use filter_core::protocol::PrefixLengths;
 use filter_core::snapshot::{SnapshotError, SnapshotLoader};
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
-const RECORD_MAGIC: [u8; 4] = *b"CFIM";
-const RECORD_VERSION: u16 = 1;
 /// Bytes reserved for the commit record at the start of a slot.
-pub const RECORD_LEN: u32 = 64;
-const RECORD_CRC_OFFSET: usize = 60;
+pub const RECORD_LEN: u32 = record::LEN as u32;
 /// Bytes read from or written to flash at a time.
 const IO_CHUNK: usize = 256;
 /// CRC-32 of the 60-byte commit records: bitwise, as the records are too
@@ -66,6 +65,74 @@ pub enum StoreError {
     Verify(SnapshotError),
 }
 
+/// The commit record's byte layout: every field's place, each derived from
+/// the one before, so that no offset is written twice.
+pub mod record {
+    use filter_core::protocol::PrefixLengths;
+
+    /// A field: `len` bytes at `offset`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Field {
+        /// Where it starts in the record.
+        pub offset: usize,
+        /// How long it is.
+        pub len: usize,
+    }
+
+    impl Field {
+        const fn first(len: usize) -> Self {
+            Self { offset: 0, len }
+        }
+
+        const fn then(self, len: usize) -> Self {
+            Self {
+                offset: self.end(),
+                len,
+            }
+        }
+
+        /// The offset just past the field.
+        pub const fn end(self) -> usize {
+            self.offset + self.len
+        }
+
+        /// The field's bytes in `record`.
+        pub fn of(self, record: &[u8; LEN]) -> &[u8] {
+            record.get(self.offset..self.end()).unwrap_or(&[])
+        }
+
+        /// Writes `value` (as long as the field) into `record`.
+        pub fn write(self, record: &mut [u8; LEN], value: &[u8]) {
+            if let Some(field) = record.get_mut(self.offset..self.end()) {
+                field.copy_from_slice(value);
+            }
+        }
+    }
+
+    /// `b"CFIM"`: a slot's first bytes when it holds a record.
+    pub const MAGIC_VALUE: [u8; 4] = *b"CFIM";
+    /// The version of this layout.
+    pub const VERSION_VALUE: u16 = 1;
+
+    /// [`MAGIC_VALUE`].
+    pub const MAGIC: Field = Field::first(4);
+    /// [`VERSION_VALUE`], a `u16`.
+    pub const VERSION: Field = MAGIC.then(2);
+    const RESERVED_AFTER_VERSION: Field = VERSION.then(2);
+    /// The image's sequence number, a `u32`.
+    pub const SEQUENCE: Field = RESERVED_AFTER_VERSION.then(4);
+    /// The snapshot's length in bytes, a `u32`.
+    pub const IMAGE_LEN: Field = SEQUENCE.then(4);
+    /// The image's [`PrefixLengths`].
+    pub const PREFIX_LENGTHS: Field = IMAGE_LEN.then(PrefixLengths::ENCODED_LEN);
+    const RESERVED_BEFORE_CRC: Field = PREFIX_LENGTHS.then(12);
+    /// CRC-32 of every byte before it, a `u32`.
+    pub const CRC: Field = RESERVED_BEFORE_CRC.then(4);
+    /// The whole record.
+    pub const LEN: usize = CRC.end();
+    const _: () = assert!(LEN == 64, "the record fills its 64-byte place");
+}
+
 /// What a commit record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Record {
@@ -75,46 +142,32 @@ struct Record {
 }
 
 impl Record {
-    fn encode(&self) -> [u8; RECORD_LEN as usize] {
-        let mut out = [0u8; RECORD_LEN as usize];
-        let fields: [(usize, &[u8]); 5] = [
-            (0, &RECORD_MAGIC),
-            (4, &RECORD_VERSION.to_le_bytes()),
-            (8, &self.sequence.to_le_bytes()),
-            (12, &self.image_len.to_le_bytes()),
-            (16, &self.prefix_lengths.to_le_bytes()),
-        ];
-        for (offset, bytes) in fields {
-            if let Some(field) = out.get_mut(offset..offset + bytes.len()) {
-                field.copy_from_slice(bytes);
-            }
-        }
-        let crc = CRC32.checksum(out.get(..RECORD_CRC_OFFSET).unwrap_or(&[]));
-        if let Some(field) = out.get_mut(RECORD_CRC_OFFSET..) {
-            field.copy_from_slice(&crc.to_le_bytes());
-        }
+    fn encode(&self) -> [u8; record::LEN] {
+        let mut out = [0u8; record::LEN];
+        record::MAGIC.write(&mut out, &record::MAGIC_VALUE);
+        record::VERSION.write(&mut out, &record::VERSION_VALUE.to_le_bytes());
+        record::SEQUENCE.write(&mut out, &self.sequence.to_le_bytes());
+        record::IMAGE_LEN.write(&mut out, &self.image_len.to_le_bytes());
+        record::PREFIX_LENGTHS.write(&mut out, &self.prefix_lengths.to_le_bytes());
+        let crc = CRC32.checksum(out.get(..record::CRC.offset).unwrap_or(&[]));
+        record::CRC.write(&mut out, &crc.to_le_bytes());
         out
     }
 
-    fn decode(bytes: &[u8; RECORD_LEN as usize]) -> Option<Self> {
-        let (body, crc) = bytes.split_at(RECORD_CRC_OFFSET);
-        let le_u32 = |at: usize| {
-            bytes
-                .get(at..at + 4)
-                .and_then(|b| b.try_into().ok())
-                .map(u32::from_le_bytes)
-        };
-        let crc_ok = crc.try_into().ok().map(u32::from_le_bytes) == Some(CRC32.checksum(body));
-        let header_ok = body.get(..6) == Some(&[b'C', b'F', b'I', b'M', 1, 0][..]);
-        let prefix_lengths = bytes
-            .get(16..48)
-            .and_then(|b| b.try_into().ok())
-            .map(PrefixLengths::from_le_bytes)?;
-        (crc_ok && header_ok).then_some(())?;
+    /// The record in `bytes`, if its magic, version and CRC check out.
+    fn decode(bytes: &[u8; record::LEN]) -> Option<Self> {
+        let le_u32 = |field: record::Field| field.of(bytes).try_into().ok().map(u32::from_le_bytes);
+        let covered = bytes.get(..record::CRC.offset)?;
+        let intact = le_u32(record::CRC)? == CRC32.checksum(covered)
+            && record::MAGIC.of(bytes) == record::MAGIC_VALUE
+            && record::VERSION.of(bytes) == record::VERSION_VALUE.to_le_bytes();
+        intact.then_some(())?;
         Some(Self {
-            sequence: le_u32(8)?,
-            image_len: le_u32(12)?,
-            prefix_lengths,
+            sequence: le_u32(record::SEQUENCE)?,
+            image_len: le_u32(record::IMAGE_LEN)?,
+            prefix_lengths: PrefixLengths::from_le_bytes(
+                record::PREFIX_LENGTHS.of(bytes).try_into().ok()?,
+            ),
         })
     }
 }
@@ -149,11 +202,11 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             current_slot: None,
             next_sequence: 1,
         };
-        let highest = (0..2)
+        let newest = (0..2)
             .filter_map(|slot| store.record(slot))
             .map(|record| record.sequence)
-            .max();
-        store.next_sequence = highest.map_or(1, |sequence| sequence.wrapping_add(1));
+            .reduce(|a, b| if is_newer(b, a) { b } else { a });
+        store.next_sequence = newest.map_or(1, |sequence| sequence.wrapping_add(1));
         store
     }
 
@@ -181,7 +234,7 @@ impl<Flash: NorFlash> ImageStore<Flash> {
     }
 
     fn record(&self, slot: usize) -> Option<Record> {
-        let mut bytes = [0u8; RECORD_LEN as usize];
+        let mut bytes = [0u8; record::LEN];
         self.read(self.slot_offset(slot), &mut bytes).ok()?;
         Record::decode(&bytes)
     }
@@ -193,9 +246,15 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         filter: &mut CuckooFilter<F, S, B>,
     ) -> Option<Image> {
         let mut records = [(0usize, self.record(0)), (1, self.record(1))];
-        records.sort_unstable_by_key(|(_, record)| {
-            core::cmp::Reverse(record.map(|record| record.sequence))
-        });
+        // Newest first (a slot without a record last).
+        let swap = match records {
+            [(_, Some(first)), (_, Some(second))] => is_newer(second.sequence, first.sequence),
+            [(_, None), _] => true,
+            _ => false,
+        };
+        if swap {
+            records.swap(0, 1);
+        }
         for (slot, record) in records {
             let Some(record) = record else { continue };
             if self.verify(slot, record.image_len, filter).is_ok()
@@ -330,6 +389,14 @@ impl<Flash: NorFlash> ImageStore<Flash> {
     }
 }
 
+/// Whether sequence number `candidate` was given out after `than`: serial
+/// number arithmetic (RFC 1982), so that the image saved after number
+/// `u32::MAX`, number 0, counts as the newer one. The two slots' numbers
+/// are always close, as each save takes the next one.
+fn is_newer(candidate: u32, than: u32) -> bool {
+    (1..=u32::MAX / 2).contains(&candidate.wrapping_sub(than))
+}
+
 /// Feeds the `image_len` bytes of the snapshot in `slot` to `target`.
 fn read_snapshot<Flash: NorFlash, F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
     store: &ImageStore<Flash>,
@@ -409,4 +476,96 @@ impl<F: Fingerprint, const S: usize, Flash: NorFlash> BucketStorage<F, S>
     }
 
     fn set_slot(&mut self, _index: usize, _slot: usize, _fingerprint: F) {}
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::panic)]
+mod tests {
+    use super::*;
+    use filter_core::AddressFamily;
+
+    fn sample() -> Record {
+        let mut prefix_lengths = PrefixLengths::new();
+        prefix_lengths.insert(AddressFamily::Ipv4, 24);
+        prefix_lengths.insert(AddressFamily::Ipv6, 48);
+        Record {
+            sequence: 0x0102_0304,
+            image_len: 65_588,
+            prefix_lengths,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_with_its_fields_where_the_layout_says() {
+        let record = sample();
+        let bytes = record.encode();
+        assert_eq!(Record::decode(&bytes), Some(record));
+        assert_eq!(&bytes[..4], b"CFIM");
+        assert_eq!(bytes[4..6], 1u16.to_le_bytes());
+        assert_eq!(bytes[8..12], 0x0102_0304u32.to_le_bytes());
+        assert_eq!(bytes[12..16], 65_588u32.to_le_bytes());
+        assert_eq!(bytes[16..48], record.prefix_lengths.to_le_bytes());
+        assert_eq!(bytes[60..], CRC32.checksum(&bytes[..60]).to_le_bytes());
+    }
+
+    #[test]
+    fn the_image_saved_after_the_last_sequence_number_is_the_newest() {
+        // Found by the flash_image fuzz target: the save after number
+        // u32::MAX got number 0, and the next boot loaded the older image.
+        let layout = SlotLayout {
+            offsets: [0, 1024],
+            slot_len: 1024,
+        };
+        let mut memory = [0xffu8; 2048];
+        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        assert!(filter.insert(&1u64).is_ok());
+        let saved = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout)
+            .save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(1));
+        // Renumber that image to the last sequence number.
+        let mut bytes = [0u8; record::LEN];
+        bytes.copy_from_slice(&memory[..record::LEN]);
+        let renumbered = Record::decode(&bytes).map(|record| Record {
+            sequence: u32::MAX,
+            ..record
+        });
+        let Some(renumbered) = renumbered else {
+            panic!("the saved record does not decode");
+        };
+        memory[..record::LEN].copy_from_slice(&renumbered.encode());
+
+        assert!(filter.insert(&2u64).is_ok());
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(u32::MAX));
+        let saved = store.save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(0));
+
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(0), "the older image was loaded");
+        assert!(loaded.contains(&2u64));
+        assert!(is_newer(0, u32::MAX) && is_newer(5, 4) && !is_newer(4, 5));
+        assert!(!is_newer(7, 7));
+    }
+
+    #[test]
+    fn any_damage_or_another_magic_or_version_is_refused() {
+        let bytes = sample().encode();
+        for index in 0..record::LEN {
+            let mut damaged = bytes;
+            damaged[index] ^= 0x01;
+            assert_eq!(Record::decode(&damaged), None, "byte {index}");
+        }
+        // Magic and version are checked, not only covered by the CRC.
+        for field in [record::MAGIC, record::VERSION] {
+            let mut other = bytes;
+            other[field.offset] ^= 0x01;
+            let crc = CRC32.checksum(&other[..record::CRC.offset]);
+            record::CRC.write(&mut other, &crc.to_le_bytes());
+            assert_eq!(Record::decode(&other), None, "{field:?}");
+        }
+    }
 }

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use embedded_storage::nor_flash::{ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash};
 use filter_core::protocol::{
-    self, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, MAX_CHUNK_LEN,
-    PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response,
+    MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{AddressFamily, StaticCuckooFilter};
 use firmware::serve::PortError;
@@ -150,16 +150,32 @@ impl embedded_io::Write for FakePort {
     }
 }
 
-fn frame(request: &Request<'_>) -> Vec<u8> {
+/// The frame of `request` with request id `id`.
+fn frame_with_id(id: u32, request: &Request<'_>) -> Vec<u8> {
     let mut out = vec![0u8; protocol::MAX_FRAME_LEN + 1];
-    protocol::encode(request, &mut out).unwrap().to_vec()
+    let envelope = Envelope {
+        id,
+        message: request.clone(),
+    };
+    protocol::encode(&envelope, &mut out).unwrap().to_vec()
+}
+
+/// Request ids: every request of these tests gets a new one.
+fn next_id() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The frame of `request` with a new request id.
+fn frame(request: &Request<'_>) -> Vec<u8> {
+    frame_with_id(next_id(), request)
 }
 
 /// Sends raw byte streams through `serve` and decodes every response.
 fn exchange<Flash: NorFlash>(
     device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>,
     streams: &[Vec<u8>],
-) -> Vec<Response> {
+) -> Vec<Envelope<Response>> {
     let mut port = FakePort::default();
     for stream in streams {
         port.input.extend(stream);
@@ -170,7 +186,7 @@ fn exchange<Flash: NorFlash>(
     let mut responses = Vec::new();
     for byte in tx.output {
         if let Some(frame) = reader.push(byte) {
-            responses.push(protocol::decode::<Response>(frame.unwrap()).unwrap());
+            responses.push(protocol::decode::<Envelope<Response>>(frame.unwrap()).unwrap());
         }
     }
     responses
@@ -180,9 +196,12 @@ fn ask<Flash: NorFlash>(
     device: &mut Device<'_, u16, 4, [[u16; 4]; 64], Flash>,
     request: Request<'_>,
 ) -> Response {
-    let mut responses = exchange(device, &[frame(&request)]);
+    let id = next_id();
+    let mut responses = exchange(device, &[frame_with_id(id, &request)]);
     assert_eq!(responses.len(), 1, "one response per request");
-    responses.remove(0)
+    let answer = responses.remove(0);
+    assert_eq!(answer.id, id, "the answer carries the request's id");
+    answer.message
 }
 
 /// A device booted on `filter` with its flash images in `memory`.
@@ -256,10 +275,17 @@ fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
     let oversized = [vec![9u8; protocol::MAX_FRAME_LEN + 5], vec![0]].concat();
     let unknown = {
         let mut out = vec![0u8; 64];
-        protocol::encode(&(77u8, 1u32), &mut out).unwrap().to_vec()
+        protocol::encode(&(5u32, 77u8, 1u32), &mut out)
+            .unwrap()
+            .to_vec()
     };
-    let responses = exchange(&mut device, &[corrupted, truncated, oversized, unknown]);
-    assert_eq!(responses.len(), 4);
+    let answers = exchange(&mut device, &[corrupted, truncated, oversized, unknown]);
+    assert_eq!(answers.len(), 4);
+    assert!(
+        answers.iter().all(|answer| answer.id == NO_ID),
+        "an unreadable frame's answer has no id: {answers:?}"
+    );
+    let responses: Vec<Response> = answers.into_iter().map(|answer| answer.message).collect();
     assert!(matches!(
         responses[0],
         Response::Error(Error::Frame(FrameError::Crc { .. }))
@@ -306,8 +332,52 @@ fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
         panic!("stats");
     };
     assert_eq!((stats.frame_errors, stats.added, stats.deleted), (4, 5, 1));
+    assert_eq!(stats.replayed, 0);
     assert_eq!(ask(&mut device, Request::Clear), Response::Cleared);
     assert_eq!(device.filter().len(), 0);
+}
+
+#[test]
+fn a_retransmitted_request_is_answered_again_but_executed_once() {
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let add = frame_with_id(41, &Request::Add(Item::U64(9)));
+    let answers = exchange(&mut device, &[add.clone(), add.clone(), add]);
+    let expected = Envelope {
+        id: 41,
+        message: Response::Added,
+    };
+    assert_eq!(answers, [expected.clone(), expected.clone(), expected]);
+    assert_eq!(device.filter().len(), 1, "a copy was executed again");
+
+    // The same id on other bytes is another request; so is every request
+    // without an id.
+    let other = frame_with_id(41, &Request::Add(Item::U64(10)));
+    let anonymous = frame_with_id(NO_ID, &Request::Add(Item::U64(11)));
+    let answers = exchange(&mut device, &[other, anonymous.clone(), anonymous]);
+    assert!(answers
+        .iter()
+        .all(|answer| answer.message == Response::Added));
+    assert_eq!(device.filter().len(), 4);
+
+    // Only the last request is remembered: an older copy runs again.
+    let first = frame_with_id(50, &Request::Delete(Item::U64(9)));
+    let second = frame_with_id(51, &Request::Check(Item::U64(9)));
+    let answers = exchange(&mut device, &[first.clone(), second, first]);
+    let messages: Vec<Response> = answers.into_iter().map(|answer| answer.message).collect();
+    assert_eq!(
+        messages,
+        [
+            Response::Deleted { found: true },
+            Response::Checked { present: false },
+            Response::Deleted { found: false },
+        ]
+    );
+    let Response::Stats(stats) = ask(&mut device, Request::Stats) else {
+        panic!("stats");
+    };
+    assert_eq!((stats.added, stats.replayed), (4, 2));
 }
 
 #[test]

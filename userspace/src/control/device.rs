@@ -22,14 +22,19 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::device::{DeviceClient, DeviceError, Port};
+use crate::device::{DeviceClient, DeviceError, LinkTiming, Port};
 use crate::filter::{self, by_shape};
 use crate::plan::{KeyPlan, PlanError, PlanLimits};
 use crate::FilterShape;
 
 /// How long to wait for each answer (a snapshot commit verifies and saves
-/// the whole filter).
-const DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
+/// the whole filter), resending a request after a second of silence: a
+/// resent request is answered again but executed once (request ids, see
+/// [`crate::device::link`]).
+const DEVICE_TIMING: LinkTiming = LinkTiming {
+    deadline: Duration::from_secs(30),
+    resend_after: Duration::from_secs(1),
+};
 
 /// Why a device operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,13 +108,12 @@ impl DeviceControl {
     /// Connects to `target` (a serial port or pty, a unix socket, or
     /// `tcp:HOST:PORT`) and says hello.
     pub fn open(target: &str, baud: u32) -> Result<Self> {
-        let (client, info) =
-            DeviceClient::open(target, baud, DEVICE_TIMEOUT).map_err(|source| {
-                DeviceControlError::Device {
-                    target: target.to_owned(),
-                    source,
-                }
-            })?;
+        let (client, info) = DeviceClient::open(target, baud, DEVICE_TIMING).map_err(|source| {
+            DeviceControlError::Device {
+                target: target.to_owned(),
+                source,
+            }
+        })?;
         Ok(Self {
             target: target.to_owned(),
             client,

@@ -1,13 +1,14 @@
 //! Helpers shared by the integration tests: the root check, frames built
 //! with etherparse, keys, and the counter check; test networks
-//! ([`netns`]), the cfctl binary ([`cfctl`]) and the QEMU firmware
-//! ([`qemu`]).
+//! ([`netns`]), the cfctl binary ([`cfctl`]), the QEMU firmware
+//! ([`qemu`]) and a serial line in front of it ([`serial_line`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cfctl;
 pub mod netns;
 pub mod qemu;
+pub mod serial_line;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

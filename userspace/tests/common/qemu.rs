@@ -33,14 +33,35 @@ pub fn firmware_elf() -> PathBuf {
     if let Some(elf) = std::env::var_os("CF_QEMU_FIRMWARE") {
         return PathBuf::from(elf);
     }
+    build_qemu_image(&[], "target")
+}
+
+/// The QEMU image with the test-only fault triggers (feature
+/// `fault-triggers`), built into a target directory of its own so that it
+/// never replaces the normal image.
+pub fn firmware_elf_with_fault_triggers() -> PathBuf {
+    build_qemu_image(&["--features", "fault-triggers"], "target/fault-triggers")
+}
+
+fn build_qemu_image(features: &[&str], target_dir: &str) -> PathBuf {
     let boards = repo_root().join("firmware/boards");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "qemu-mps2"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "qemu-mps2",
+            "--target-dir",
+            target_dir,
+        ])
+        .args(features)
         .current_dir(&boards)
         .status()
         .expect("run cargo");
     assert!(status.success(), "building the QEMU firmware failed");
-    boards.join("target/thumbv7em-none-eabihf/release/qemu-mps2")
+    boards
+        .join(target_dir)
+        .join("thumbv7em-none-eabihf/release/qemu-mps2")
 }
 
 /// A QEMU process and its scratch directory; killed and removed on drop,
@@ -122,13 +143,30 @@ impl Qemu {
         &self.device
     }
 
+    /// The scratch directory, removed with the QEMU process.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join("qemu.stderr")).unwrap_or_default()
     }
 
-    /// Checks that the firmware is still running (a panic or HardFault
-    /// exits QEMU), stops QEMU, and decodes the defmt log.
+    /// Checks that the firmware is still running and never panicked or
+    /// faulted (either logs, then resets), stops QEMU, and decodes the
+    /// defmt log.
     pub fn stop_and_decode_log(&mut self, elf: &Path) -> String {
+        let log = self.stop_and_decode_log_after_faults(elf);
+        assert!(
+            !log.contains("panic") && !log.contains("HardFault"),
+            "the firmware failed:\n{log}"
+        );
+        log
+    }
+
+    /// Checks that QEMU is still running, stops it, and decodes the defmt
+    /// log, which may report panics and HardFaults.
+    pub fn stop_and_decode_log_after_faults(&mut self, elf: &Path) -> String {
         let status = self.child.try_wait().unwrap();
         assert!(
             status.is_none(),

@@ -2,19 +2,31 @@
 //! protocol on USART1 (PA9 TX, PA10 RX, 115200 8N1), images in flash
 //! sectors 6 and 7, defmt over RTT. Everything board-specific is here; the
 //! device itself is the `firmware` crate.
+//!
+//! Reception is interrupt-driven: the USART1 handler moves each received
+//! byte into a ring (`firmware::RxRing`) that the main loop reads, so a
+//! burst of frames that arrives while the device answers is queued, not
+//! dropped. The independent watchdog resets the chip unless the main loop
+//! feeds it (while it waits for bytes) at least every `WATCHDOG_PERIOD_MS`:
+//! a hang, or a panic (panic-probe stops the core), ends in a reset, and
+//! boot loads the last saved image.
 #![no_std]
 #![no_main]
 
-use core::convert::Infallible;
+use core::cell::RefCell;
 
 use cortex_m_rt::entry;
+use critical_section::Mutex;
 use defmt_rtt as _;
+use embedded_hal_nb::serial::Read as _;
 use embedded_storage::nor_flash::{ErrorType, NorFlash, ReadNorFlash};
 use filter_core::StaticCuckooFilter;
-use firmware::{Device, SlotLayout};
+use firmware::{Device, RingReader, RxRing, SlotLayout};
 use panic_probe as _;
 use stm32f4xx_hal::flash::{FlashExt, LockedFlash, UnlockedFlash};
-use stm32f4xx_hal::{pac, prelude::*, rcc::Config};
+use stm32f4xx_hal::serial::{Rx, RxListen};
+use stm32f4xx_hal::watchdog::IndependentWatchdog;
+use stm32f4xx_hal::{interrupt, pac, prelude::*, rcc::Config};
 
 // ---- Sizes: the one place to change them ---------------------------------
 /// Fingerprints of 16 bits (false-positive rate about 0.012% when full).
@@ -33,7 +45,20 @@ const IMAGE_SLOTS: SlotLayout = SlotLayout {
     slot_len: 0x2_0000,
 };
 const BAUD: u32 = 115_200;
+/// Received bytes the ring holds: a burst of a few ordinary requests (a
+/// batch of 32 IPv4 addresses is about 230 bytes), or the longest frame;
+/// with the 512-byte defmt buffer, RAM outside the filter stays under 8 KiB.
+const RX_RING_LEN: usize = 1024;
+/// Watchdog period: longer than the slowest request (a save erases a
+/// 128 KiB sector, up to 2 s, then writes 64 KiB), with room for the LSI
+/// clock running up to 40% fast.
+const WATCHDOG_PERIOD_MS: u32 = 8_000;
 // ---------------------------------------------------------------------------
+
+/// Bytes received by the USART1 handler, for the main loop.
+static RX_RING: RxRing<RX_RING_LEN> = RxRing::new();
+/// USART1's receiver, owned by its interrupt handler once set up.
+static USART1_RX: Mutex<RefCell<Option<Rx<pac::USART1>>>> = Mutex::new(RefCell::new(None));
 
 type Filter = StaticCuckooFilter<FingerprintBits, SLOTS, BUCKETS>;
 
@@ -53,8 +78,15 @@ fn main() -> ! {
     else {
         defmt::panic!("USART1 rejects {=u32} baud", BAUD);
     };
-    let (mut tx, rx) = port.split();
-    let mut rx = BlockingRx(rx);
+    let (mut tx, mut rx) = port.split();
+    rx.listen();
+    critical_section::with(|cs| USART1_RX.borrow_ref_mut(cs).replace(rx));
+    // SAFETY: the handler only touches USART1_RX and RX_RING, both shared
+    // through critical sections; nothing here relies on it staying masked.
+    unsafe { cortex_m::peripheral::NVIC::unmask(pac::Interrupt::USART1) };
+
+    let mut watchdog = IndependentWatchdog::new(dp.IWDG);
+    watchdog.start(WATCHDOG_PERIOD_MS.millis());
 
     let flash = LockingFlash(LockedFlash::new(dp.FLASH));
     let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED);
@@ -63,37 +95,29 @@ fn main() -> ! {
         device.filter().len(),
         device.filter().capacity()
     );
+    // The main loop feeds the watchdog whenever it waits for a byte.
+    let mut rx = RingReader::new(&RX_RING, || watchdog.feed());
     let error = firmware::serve(&mut device, &mut rx, &mut tx);
     defmt::panic!("serial port failed: {}", error);
 }
 
-/// The HAL's receiver (embedded-hal-nb) as a blocking embedded-io reader.
-/// A byte lost to overrun, noise or framing is simply missing: the frame
-/// then fails its CRC and the host gets an error response.
-struct BlockingRx<R>(R);
-
-impl<R> embedded_io::ErrorType for BlockingRx<R> {
-    type Error = Infallible;
-}
-
-impl<R: embedded_hal_nb::serial::Read<u8>> embedded_io::Read for BlockingRx<R> {
-    fn read(&mut self, buffer: &mut [u8]) -> Result<usize, Infallible> {
-        let mut count = 0;
-        for slot in buffer.iter_mut() {
-            let byte = loop {
-                match self.0.read() {
-                    Ok(byte) => break Some(byte),
-                    // Return what we have rather than wait for more.
-                    Err(nb::Error::WouldBlock) if count > 0 => break None,
-                    Err(_) => {}
-                }
-            };
-            let Some(byte) = byte else { break };
-            *slot = byte;
-            count += 1;
+/// Moves every byte USART1 has received into the ring. A byte lost to
+/// overrun, noise or framing (or to a full ring) is simply missing: its
+/// frame fails its CRC and the host gets an error response, and resends.
+#[interrupt]
+fn USART1() {
+    critical_section::with(|cs| {
+        let mut rx = USART1_RX.borrow_ref_mut(cs);
+        let Some(rx) = rx.as_mut() else { return };
+        loop {
+            match rx.read() {
+                Ok(byte) => RX_RING.push(byte),
+                Err(nb::Error::WouldBlock) => break,
+                // Reading the error cleared it (and dropped the byte).
+                Err(nb::Error::Other(_)) => {}
+            }
         }
-        Ok(count)
-    }
+    });
 }
 
 /// The on-chip flash, unlocked only for the duration of each erase or

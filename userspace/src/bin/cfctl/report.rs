@@ -493,6 +493,7 @@ pub fn device_stats(stats: &Stats) {
         ("checked", stats.checked),
         ("hits", stats.hits),
         ("saves", stats.saves),
+        ("replayed", stats.replayed),
     ] {
         println!("{name:<15} {}", thousands(u64::from(value)));
     }

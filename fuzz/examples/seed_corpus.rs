@@ -1,0 +1,310 @@
+//! Writes the committed seed corpora, `seeds/<target>/`, from real data:
+//! the frames the firmware tests send, snapshots and flash images of
+//! filters holding entries of the shared blocklists, device answers as a
+//! client meets them, and a few hundred lines of each shared blocklist.
+//!
+//! `cargo +nightly run --example seed_corpus -- BLOCKLIST_DIR` in `fuzz/`
+//! (the blocklists the tests use); run it again when a format changes.
+
+use std::path::{Path, PathBuf};
+
+use cuckoo_fuzz::{frame_of, Filter, FIRST_ID, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
+use filter_core::protocol::{
+    Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, Stats,
+    CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+};
+use filter_core::AddressFamily;
+use firmware::{Device, RamFlash};
+use userspace::blocklist::{parse_bytes, ParseOptions};
+
+/// Lines of each blocklist kept as a seed (the lists are public).
+const LIST_LINES: usize = 300;
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::create_dir_all(dir).expect("creating a seed directory");
+    std::fs::write(dir.join(name), bytes).expect("writing a seed");
+}
+
+/// The first `count` entries of every list in `lists`, as protocol items.
+fn listed_prefixes(lists: &Path, count: usize) -> Vec<Prefix> {
+    let mut prefixes = Vec::new();
+    for name in [
+        "spamhaus_drop.netset",
+        "spamhaus_dropv6.txt",
+        "firehol_level1.netset",
+    ] {
+        let bytes = std::fs::read(lists.join(name)).expect("reading a shared blocklist");
+        let list = parse_bytes(&bytes, name, ParseOptions::default()).expect("the list parses");
+        prefixes.extend(
+            list.entries
+                .iter()
+                .take(count)
+                .map(|entry| match entry.net {
+                    ipnet::IpNet::V4(net) => Prefix::V4 {
+                        address: net.network().octets(),
+                        len: net.prefix_len(),
+                    },
+                    ipnet::IpNet::V6(net) => Prefix::V6 {
+                        address: net.network().octets(),
+                        len: net.prefix_len(),
+                    },
+                }),
+        );
+    }
+    prefixes
+}
+
+/// Request frames with ids from 1 on.
+struct Frames {
+    next_id: u32,
+    bytes: Vec<u8>,
+}
+
+impl Frames {
+    fn new() -> Self {
+        // A leading delimiter, as every client sends first.
+        Self {
+            next_id: 1,
+            bytes: vec![0],
+        }
+    }
+
+    fn push(&mut self, request: Request<'_>) -> &mut Self {
+        let frame = frame_of(&Envelope {
+            id: self.next_id,
+            message: request,
+        });
+        self.next_id += 1;
+        self.bytes.extend(frame);
+        self
+    }
+}
+
+/// A host-built filter holding `prefixes`, its snapshot and lengths.
+fn snapshot_of(prefixes: &[Prefix]) -> (Vec<u8>, PrefixLengths) {
+    let mut filter = Filter::new(0x1234);
+    let mut lengths = PrefixLengths::new();
+    for prefix in prefixes {
+        let key = prefix.net_key().expect("a valid prefix");
+        if filter.insert_hash(key.hash(filter.seed())).is_ok() {
+            lengths.insert(prefix.family(), prefix.prefix_len());
+        }
+    }
+    let mut snapshot = vec![0u8; filter.snapshot_len() as usize];
+    filter
+        .write_snapshot(&mut snapshot)
+        .expect("the buffer fits");
+    (snapshot, lengths)
+}
+
+fn device_frames(dir: &Path, prefixes: &[Prefix]) {
+    let items: Vec<Item<'_>> = prefixes.iter().map(|p| Item::Net(*p)).collect();
+    let batch = |range: std::ops::Range<usize>| items[range].iter().copied().collect();
+    let hello = Request::Hello {
+        version: PROTOCOL_VERSION,
+    };
+
+    let mut session = Frames::new();
+    session
+        .push(hello.clone())
+        .push(Request::Add(items[0]))
+        .push(Request::Add(Item::Bytes(b"COUPON-1")))
+        .push(Request::Add(Item::U64(7)))
+        .push(Request::Check(items[0]))
+        .push(Request::AddBatch(batch(1..1 + MAX_BATCH)))
+        .push(Request::CheckBatch(batch(0..MAX_BATCH)))
+        .push(Request::Delete(items[3]))
+        .push(Request::Check(items[3]))
+        .push(Request::Stats)
+        .push(Request::Save)
+        .push(Request::Locate {
+            seed: SEED,
+            bucket_count: 1024,
+            fingerprint_bits: 16,
+            item: items[5],
+        })
+        .push(Request::Clear);
+    write(dir, "session", &session.bytes);
+
+    // A retransmission: the same frame three times.
+    let add = frame_of(&Envelope {
+        id: 9,
+        message: Request::Add(items[1]),
+    });
+    write(
+        dir,
+        "retransmission",
+        &[&[0][..], &add, &add, &add].concat(),
+    );
+
+    // Damaged, truncated, oversized and unknown frames between good ones.
+    let good = frame_of(&Envelope {
+        id: 3,
+        message: Request::Add(Item::U64(7)),
+    });
+    let mut corrupted = good.clone();
+    corrupted[2] ^= 0x10;
+    let truncated = [&good[..good.len() / 2], &[0]].concat();
+    let unknown = frame_of(&(5u32, 77u8, 1u32));
+    write(
+        dir,
+        "damaged",
+        &[good.clone(), corrupted, truncated, unknown, good].concat(),
+    );
+
+    // Fill to the brim, then delete some.
+    let mut fill = Frames::new();
+    for chunk in items.chunks(MAX_BATCH).take(12) {
+        fill.push(Request::AddBatch(chunk.iter().copied().collect()));
+    }
+    for item in items.iter().take(20) {
+        fill.push(Request::Delete(*item));
+    }
+    write(dir, "fill", &fill.bytes);
+
+    // A snapshot upload of a host-built filter.
+    let (snapshot, prefix_lengths) = snapshot_of(&prefixes[..40]);
+    let mut upload = Frames::new();
+    upload.push(Request::SnapshotBegin {
+        total_len: snapshot.len() as u32,
+        prefix_lengths,
+    });
+    let chunk_len = MAX_CHUNK_LEN / 2 - (MAX_CHUNK_LEN / 2) % CHUNK_ALIGN;
+    for (index, data) in snapshot.chunks(chunk_len).enumerate() {
+        upload.push(Request::SnapshotChunk {
+            offset: (index * chunk_len) as u32,
+            data,
+        });
+    }
+    upload
+        .push(Request::SnapshotCommit)
+        .push(Request::Check(items[10]))
+        .push(hello);
+    write(dir, "snapshot_upload", &upload.bytes);
+}
+
+fn snapshots(dir: &Path, prefixes: &[Prefix]) {
+    let (small, _) = snapshot_of(&prefixes[..40]);
+    let (full, _) = snapshot_of(prefixes);
+    let (empty, _) = snapshot_of(&[]);
+    for (name, chunk_byte, snapshot) in [
+        ("small_whole", 255u8, &small),
+        ("small_chunks_of_32", 31, &small),
+        ("full_chunks_of_7", 6, &full),
+        ("empty", 0, &empty),
+    ] {
+        write(dir, name, &[&[chunk_byte][..], snapshot].concat());
+    }
+}
+
+/// Boots a device on `memory`, adds `prefixes` and saves.
+fn add_and_save(memory: &mut [u8], prefixes: &[Prefix]) {
+    let mut filter = Filter::new(0);
+    let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(memory);
+    let mut device = Device::boot(&mut filter, flash, LAYOUT, SEED);
+    for prefix in prefixes {
+        device.answer(Request::Add(Item::Net(*prefix)));
+    }
+    assert!(matches!(
+        device.answer(Request::Save),
+        Response::Saved { .. }
+    ));
+}
+
+fn flash_images(dir: &Path, prefixes: &[Prefix]) {
+    let mut memory = vec![0xff; FLASH_LEN];
+    // The first byte: 0 takes the flash as it is, 1 fixes CRCs first.
+    add_and_save(&mut memory, &prefixes[..30]);
+    write(dir, "one_image", &[&[0u8][..], &memory].concat());
+    add_and_save(&mut memory, &prefixes[30..60]);
+    write(dir, "two_images", &[&[0u8][..], &memory].concat());
+    write(
+        dir,
+        "two_images_crcs_fixed",
+        &[&[1u8][..], &memory].concat(),
+    );
+}
+
+fn device_responses(dir: &Path) {
+    let answer = |id, message: Response| frame_of(&Envelope { id, message });
+    let own = answer(FIRST_ID, Response::BatchChecked { present: 0b101 });
+    let stale = answer(FIRST_ID - 1, Response::Checked { present: true });
+    let rejected = answer(
+        NO_ID,
+        Response::Error(Error::Frame(FrameError::Crc {
+            stored: 1,
+            computed: 2,
+        })),
+    );
+    let mut damaged = own.clone();
+    damaged[3] ^= 0x08;
+    let info = Info {
+        protocol_version: PROTOCOL_VERSION,
+        fingerprint_bits: 16,
+        slots_per_bucket: 4,
+        bucket_count: 8192,
+        capacity: 32768,
+        seed: SEED,
+        entries: 12,
+        prefix_lengths: PrefixLengths::new(),
+        saved_sequence: Some(3),
+    };
+    for (name, bytes) in [
+        ("own", own.clone()),
+        ("stale_then_own", [stale.clone(), own.clone()].concat()),
+        (
+            "rejected_damaged_own",
+            [rejected, damaged, own.clone()].concat(),
+        ),
+        (
+            "refused",
+            answer(FIRST_ID, Response::Error(Error::Full { added: 1 })),
+        ),
+        ("unexpected", answer(FIRST_ID, Response::Info(info))),
+        (
+            "stats_of_another",
+            answer(7, Response::Stats(Stats::default())),
+        ),
+        ("noise", vec![0x42, 0x13, 0x00, 0xff, 0x00]),
+    ] {
+        write(dir, name, &bytes);
+    }
+}
+
+fn blocklists(dir: &Path, lists: &Path) {
+    let names = [
+        "firehol_level1.netset",
+        "spamhaus_drop.netset",
+        "spamhaus_dropv6.txt",
+        "dshield_top_1000.ipset",
+        "feodo_badips.ipset",
+    ];
+    for name in names {
+        let text = std::fs::read_to_string(lists.join(name)).expect("reading a shared blocklist");
+        let head: String = text
+            .lines()
+            .take(LIST_LINES)
+            .map(|line| line.to_owned() + "\n")
+            .collect();
+        // Selector 0: detect the format from the contents.
+        write(dir, name, &[&[0u8][..], head.as_bytes()].concat());
+    }
+    let plain = "198.18.0.1\n198.18.1.0/24 # a comment\n2001:db8::/32\n\n# only a comment\n";
+    write(dir, "plain", &[&[1u8][..], plain.as_bytes()].concat());
+}
+
+fn main() {
+    let lists = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .expect("usage: seed_corpus BLOCKLIST_DIR"),
+    );
+    let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    let prefixes = listed_prefixes(&lists, 100);
+    assert!(prefixes.iter().any(|p| p.family() == AddressFamily::Ipv6));
+    device_frames(&seeds.join("device_frames"), &prefixes);
+    snapshots(&seeds.join("snapshot"), &prefixes);
+    flash_images(&seeds.join("flash_image"), &prefixes);
+    device_responses(&seeds.join("device_responses"));
+    blocklists(&seeds.join("blocklist"), &lists);
+}

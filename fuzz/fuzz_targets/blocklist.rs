@@ -1,0 +1,64 @@
+//! Every blocklist parser (plain, FireHOL netset, Spamhaus, and format
+//! detection) and the address/CIDR parser, on any bytes: never a panic;
+//! every entry is a network with its host bits clear that reads back as
+//! itself; a strict parse that succeeds gives the same entries as a
+//! lenient one, which then skips nothing; a lenient parse fails only for
+//! the whole list (a line too long, too many entries), and then the strict
+//! one fails too. The first input byte picks the format and the entry
+//! limit, the rest is the list.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use userspace::blocklist::{parse_bytes, parse_net, ListError, ListFormat, ParseOptions};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, list)) = data.split_first() else {
+        return;
+    };
+    let format = match selector % 4 {
+        0 => None,
+        n => Some(ListFormat::ALL[usize::from(n) - 1]),
+    };
+    // A small limit now and then, so that the limit's path runs too.
+    let max_entries = if selector & 4 != 0 {
+        usize::from(selector >> 3)
+    } else {
+        ParseOptions::default().max_entries
+    };
+    let options = |skip_invalid| ParseOptions {
+        format,
+        skip_invalid,
+        max_entries,
+    };
+    let strict = parse_bytes(list, "fuzz.txt", options(false));
+    let lenient = match parse_bytes(list, "fuzz.txt", options(true)) {
+        Ok(lenient) => lenient,
+        Err(ListError::LineTooLong { .. } | ListError::TooManyEntries { .. }) => {
+            assert!(strict.is_err(), "only the lenient parse failed");
+            return;
+        }
+        Err(error) => panic!("a lenient parse failed on a line: {error}"),
+    };
+    assert!(lenient.entries.len() <= max_entries);
+    let lines = list.split(|&byte| byte == b'\n').count();
+    for entry in &lenient.entries {
+        assert_eq!(
+            entry.net,
+            entry.net.trunc(),
+            "host bits set in {}",
+            entry.net
+        );
+        assert_eq!(parse_net(&entry.net.to_string()), Ok(entry.net));
+        assert!((1..=lines).contains(&entry.line));
+    }
+    if let Ok(strict) = strict {
+        assert_eq!(strict.entries, lenient.entries);
+        assert!(lenient.skipped.is_empty());
+    }
+    for line in list.split(|&byte| byte == b'\n') {
+        if let Ok(net) = parse_net(&String::from_utf8_lossy(line)) {
+            assert_eq!(net, net.trunc());
+            assert_eq!(parse_net(&net.to_string()), Ok(net));
+        }
+    }
+});
