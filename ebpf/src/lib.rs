@@ -32,7 +32,6 @@
 //! [`Config::active_profile`] swaps table, lengths and prefilter together.
 #![no_std]
 
-#[cfg(target_arch = "bpf")]
 pub mod packet;
 pub mod prefilter;
 

@@ -1,12 +1,20 @@
 //! Frame parsing for XDP: Ethernet II, up to two 802.1Q / 802.1ad tags,
 //! then the IPv4 or IPv6 header, down to the address the filter matches.
 //!
-//! Every read is checked against `data_end` first, so the verifier accepts
-//! the program without an abort path. The parser validates only what it
-//! needs: IPv4 version 4, IHL >= 5 and the whole header present; IPv6
-//! version 6 and the 40-byte fixed header present. It does not look at
-//! checksums, lengths beyond the header, options or extension headers.
+//! The parser reads the frame through [`PacketBytes`], so the same code
+//! runs in the XDP program (over the packet between `data` and `data_end`)
+//! and on the host over a byte slice (the `packet` fuzz target checks it
+//! there against etherparse). Every read is checked against the end of the
+//! frame first, so the verifier accepts the program without an abort path;
+//! all offsets but the IPv4 header length are constants, which keeps every
+//! check trivial for the verifier.
+//!
+//! The parser validates only what it needs: IPv4 version 4, IHL >= 5 and
+//! the whole header present; IPv6 version 6 and the 40-byte fixed header
+//! present. It does not look at checksums, lengths beyond the header,
+//! options or extension headers.
 
+#[cfg(target_arch = "bpf")]
 use aya_ebpf::programs::XdpContext;
 
 use crate::Family;
@@ -24,7 +32,7 @@ const IPV6_SOURCE_OFFSET: usize = 8;
 
 /// An IPv6 address as its first and last 64 bits (what `NetKey::ipv6`
 /// takes).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv6Address {
     /// Octets 0..8, big-endian.
     pub high: u64,
@@ -33,7 +41,7 @@ pub struct Ipv6Address {
 }
 
 /// What a frame is, as far as the filter cares.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
     /// An IPv4 packet: the address as a number (`u32::from_be_bytes`).
     Ipv4(u32),
@@ -47,7 +55,7 @@ pub enum Frame {
 }
 
 /// Which address of the IP header to take.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
     /// The source address.
     Source,
@@ -55,51 +63,78 @@ pub enum Direction {
     Destination,
 }
 
+/// The bytes of a frame as the parser reads them: a few at a time, at
+/// offsets from the frame's start, each read checked against its end.
+pub trait PacketBytes {
+    /// Whether `len` bytes from `offset` are inside the frame.
+    fn fits(&self, offset: usize, len: usize) -> bool;
+
+    /// The `N` bytes at `offset`, or `None` past the end of the frame.
+    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]>;
+}
+
+/// The packet an XDP program sees. The check compares packet pointers with
+/// `data_end` in the form the verifier tracks.
+#[cfg(target_arch = "bpf")]
+impl PacketBytes for XdpContext {
+    #[inline(always)]
+    fn fits(&self, offset: usize, len: usize) -> bool {
+        self.data() + offset + len <= self.data_end()
+    }
+
+    #[inline(always)]
+    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+        if !self.fits(offset, N) {
+            return None;
+        }
+        // SAFETY: the N bytes at data + offset are inside the frame
+        // (checked just above); the read is unaligned-safe.
+        Some(unsafe { ((self.data() + offset) as *const [u8; N]).read_unaligned() })
+    }
+}
+
+/// A frame held in memory (the host: tests and fuzzing).
+impl PacketBytes for [u8] {
+    #[inline(always)]
+    fn fits(&self, offset: usize, len: usize) -> bool {
+        offset.checked_add(len).is_some_and(|end| end <= self.len())
+    }
+
+    #[inline(always)]
+    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+        self.get(offset..offset.checked_add(N)?)?.try_into().ok()
+    }
+}
+
 /// Bytes of the frame.
+#[cfg(target_arch = "bpf")]
 #[inline(always)]
 pub fn frame_len(ctx: &XdpContext) -> u64 {
     (ctx.data_end() - ctx.data()) as u64
 }
 
-/// Whether `len` bytes from `offset` are inside the frame.
 #[inline(always)]
-fn fits(ctx: &XdpContext, offset: usize, len: usize) -> bool {
-    ctx.data() + offset + len <= ctx.data_end()
-}
-
-/// Reads `N` bytes at `offset`, or `None` past the end of the frame.
-#[inline(always)]
-fn read<const N: usize>(ctx: &XdpContext, offset: usize) -> Option<[u8; N]> {
-    if !fits(ctx, offset, N) {
-        return None;
-    }
-    // SAFETY: the N bytes at data + offset are inside the frame (checked
-    // just above); the read is unaligned-safe.
-    Some(unsafe { ((ctx.data() + offset) as *const [u8; N]).read_unaligned() })
-}
-
-#[inline(always)]
-fn read_u16(ctx: &XdpContext, offset: usize) -> Option<u16> {
-    read::<2>(ctx, offset).map(u16::from_be_bytes)
+fn read_u16<P: PacketBytes + ?Sized>(packet: &P, offset: usize) -> Option<u16> {
+    packet.read::<2>(offset).map(u16::from_be_bytes)
 }
 
 /// Parses the frame and picks the address in `direction`.
 #[inline(always)]
-pub fn parse(ctx: &XdpContext, direction: Direction) -> Frame {
-    let Some(mut ethertype) = read_u16(ctx, ETHERNET_HEADER_LEN - 2) else {
+pub fn parse<P: PacketBytes + ?Sized>(packet: &P, direction: Direction) -> Frame {
+    let Some(mut ethertype) = read_u16(packet, ETHERNET_HEADER_LEN - 2) else {
         return Frame::Malformed(Family::Other);
     };
     let mut offset = ETHERNET_HEADER_LEN;
     // Up to two tags; a third tag is another ethertype (passed as non-IP).
     // Constant offsets keep every access check trivial for the verifier.
     if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
-        let Some(inner) = read_u16(ctx, ETHERNET_HEADER_LEN + VLAN_TAG_LEN - 2) else {
+        let Some(inner) = read_u16(packet, ETHERNET_HEADER_LEN + VLAN_TAG_LEN - 2) else {
             return Frame::Malformed(Family::Other);
         };
         ethertype = inner;
         offset = ETHERNET_HEADER_LEN + VLAN_TAG_LEN;
         if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
-            let Some(inner) = read_u16(ctx, ETHERNET_HEADER_LEN + 2 * VLAN_TAG_LEN - 2) else {
+            let Some(inner) = read_u16(packet, ETHERNET_HEADER_LEN + 2 * VLAN_TAG_LEN - 2) else {
                 return Frame::Malformed(Family::Other);
             };
             ethertype = inner;
@@ -107,23 +142,23 @@ pub fn parse(ctx: &XdpContext, direction: Direction) -> Frame {
         }
     }
     match ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(ctx, offset, direction),
-        ETHERTYPE_IPV6 => parse_ipv6(ctx, offset, direction),
+        ETHERTYPE_IPV4 => parse_ipv4(packet, offset, direction),
+        ETHERTYPE_IPV6 => parse_ipv6(packet, offset, direction),
         _ => Frame::NonIp,
     }
 }
 
 #[inline(always)]
-fn parse_ipv4(ctx: &XdpContext, offset: usize, direction: Direction) -> Frame {
+fn parse_ipv4<P: PacketBytes + ?Sized>(packet: &P, offset: usize, direction: Direction) -> Frame {
     let malformed = Frame::Malformed(Family::Ipv4);
-    let Some([version_ihl]) = read::<1>(ctx, offset) else {
+    let Some([version_ihl]) = packet.read::<1>(offset) else {
         return malformed;
     };
     let header_len = usize::from(version_ihl & 0x0f) * 4;
     if version_ihl >> 4 != 4
         || header_len < IPV4_MIN_HEADER_LEN
-        || !fits(ctx, offset, IPV4_MIN_HEADER_LEN)
-        || !fits(ctx, offset, header_len)
+        || !packet.fits(offset, IPV4_MIN_HEADER_LEN)
+        || !packet.fits(offset, header_len)
     {
         return malformed;
     }
@@ -131,19 +166,19 @@ fn parse_ipv4(ctx: &XdpContext, offset: usize, direction: Direction) -> Frame {
         Direction::Source => IPV4_SOURCE_OFFSET,
         Direction::Destination => IPV4_SOURCE_OFFSET + 4,
     };
-    match read::<4>(ctx, offset + address_offset) {
+    match packet.read::<4>(offset + address_offset) {
         Some(address) => Frame::Ipv4(u32::from_be_bytes(address)),
         None => malformed,
     }
 }
 
 #[inline(always)]
-fn parse_ipv6(ctx: &XdpContext, offset: usize, direction: Direction) -> Frame {
+fn parse_ipv6<P: PacketBytes + ?Sized>(packet: &P, offset: usize, direction: Direction) -> Frame {
     let malformed = Frame::Malformed(Family::Ipv6);
-    let Some([version_class]) = read::<1>(ctx, offset) else {
+    let Some([version_class]) = packet.read::<1>(offset) else {
         return malformed;
     };
-    if version_class >> 4 != 6 || !fits(ctx, offset, IPV6_HEADER_LEN) {
+    if version_class >> 4 != 6 || !packet.fits(offset, IPV6_HEADER_LEN) {
         return malformed;
     }
     let address_offset = match direction {
@@ -151,8 +186,8 @@ fn parse_ipv6(ctx: &XdpContext, offset: usize, direction: Direction) -> Frame {
         Direction::Destination => IPV6_SOURCE_OFFSET + 16,
     };
     match (
-        read::<8>(ctx, offset + address_offset),
-        read::<8>(ctx, offset + address_offset + 8),
+        packet.read::<8>(offset + address_offset),
+        packet.read::<8>(offset + address_offset + 8),
     ) {
         (Some(high), Some(low)) => Frame::Ipv6(Ipv6Address {
             high: u64::from_be_bytes(high),

@@ -9,7 +9,9 @@
 )]
 
 use filter_core::snapshot::{Parameter, HEADER_LEN};
-use filter_core::{SnapshotError, SnapshotExporter, SnapshotLoader, StaticCuckooFilter};
+use filter_core::{
+    SnapshotError, SnapshotExporter, SnapshotHeader, SnapshotLoader, StaticCuckooFilter,
+};
 
 type Small = StaticCuckooFilter<u16, 4, 64>;
 
@@ -224,4 +226,37 @@ fn a_snapshot_of_the_previous_layout_is_refused_even_with_a_valid_crc() {
         load_chunked(&old, 64),
         Err(SnapshotError::UnsupportedVersion(1))
     ));
+}
+
+#[test]
+fn a_header_with_any_field_out_of_range_is_invalid() {
+    let valid = SnapshotHeader {
+        fingerprint_bits: 16,
+        slots: 4,
+        bucket_count_log2: 32,
+        seed: 9,
+        item_count: 0,
+    };
+    let bytes = valid.encode();
+    assert_eq!(SnapshotHeader::decode(&bytes), Ok(valid));
+    // Each field alone out of range: a reserved byte set, a fingerprint
+    // width, a slot count, a bucket count.
+    let mut broken = Vec::new();
+    for reserved in 10..16 {
+        let mut header = bytes;
+        header[reserved] = 0x80;
+        broken.push(header);
+    }
+    for (offset, value) in [(7, 12), (7, 0), (8, 3), (8, 16), (9, 33)] {
+        let mut header = bytes;
+        header[offset] = value;
+        broken.push(header);
+    }
+    for header in broken {
+        assert_eq!(
+            SnapshotHeader::decode(&header),
+            Err(SnapshotError::InvalidHeader),
+            "{header:?}"
+        );
+    }
 }

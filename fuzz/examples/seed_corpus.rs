@@ -1,14 +1,20 @@
 //! Writes the committed seed corpora, `seeds/<target>/`, from real data:
 //! the frames the firmware tests send, snapshots and flash images of
 //! filters holding entries of the shared blocklists, device answers as a
-//! client meets them, and a few hundred lines of each shared blocklist.
+//! client meets them, a few hundred lines of each shared blocklist, and
+//! frames from listed addresses as the XDP tests send them.
 //!
 //! `cargo +nightly run --example seed_corpus -- BLOCKLIST_DIR` in `fuzz/`
 //! (the blocklists the tests use); run it again when a format changes.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use cuckoo_fuzz::{frame_of, Filter, FIRST_ID, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
+use etherparse::{
+    ArpHardwareId, ArpOperation, ArpPacket, EtherType, IpHeaders, Ipv4Header, Ipv6Header,
+    PacketBuilder, VlanId,
+};
 use filter_core::protocol::{
     Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, Stats,
     CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
@@ -19,6 +25,8 @@ use userspace::blocklist::{parse_bytes, ParseOptions};
 
 /// Lines of each blocklist kept as a seed (the lists are public).
 const LIST_LINES: usize = 300;
+/// The payload of the seed frames.
+const PAYLOAD: &[u8] = b"cuckoo";
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
     std::fs::create_dir_all(dir).expect("creating a seed directory");
@@ -293,6 +301,167 @@ fn blocklists(dir: &Path, lists: &Path) {
     write(dir, "plain", &[&[1u8][..], plain.as_bytes()].concat());
 }
 
+/// The first address of the shared list `name`.
+fn first_listed(lists: &Path, name: &str) -> IpAddr {
+    let bytes = std::fs::read(lists.join(name)).expect("reading a shared blocklist");
+    let list = parse_bytes(&bytes, name, ParseOptions::default()).expect("the list parses");
+    list.entries.first().expect("a non-empty list").net.addr()
+}
+
+/// Frames to or from listed addresses: UDP, TCP and ICMP over IPv4 and
+/// IPv6 with no, one or two VLAN tags, an IPv4 header with options, ARP,
+/// three tags, and cut frames.
+fn packets(dir: &Path, lists: &Path) {
+    let listed_v4 = first_listed(lists, "dshield_top_1000.ipset");
+    let listed_v6 = first_listed(lists, "spamhaus_dropv6.txt");
+    let (IpAddr::V4(listed_v4), IpAddr::V6(listed_v6)) = (listed_v4, listed_v6) else {
+        panic!("the lists changed families");
+    };
+    let host_v4 = Ipv4Addr::new(198, 18, 0, 1);
+    let host_v6: Ipv6Addr = "2001:db8::1".parse().expect("an IPv6 address");
+    let ethernet = || PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let vlan = |id| VlanId::try_new(id).expect("a valid VLAN id");
+    let ipv4 = |source: Ipv4Addr, destination: Ipv4Addr| {
+        IpHeaders::Ipv4(
+            Ipv4Header::new(
+                0,
+                64,
+                etherparse::ip_number::UDP,
+                source.octets(),
+                destination.octets(),
+            )
+            .expect("an empty payload fits"),
+            Default::default(),
+        )
+    };
+    let ipv6 = |source: Ipv6Addr, destination: Ipv6Addr| {
+        IpHeaders::Ipv6(
+            Ipv6Header {
+                hop_limit: 64,
+                source: source.octets(),
+                destination: destination.octets(),
+                ..Default::default()
+            },
+            Default::default(),
+        )
+    };
+    // A frame of a builder step that takes a payload (UDP, TCP, ICMP).
+    macro_rules! built {
+        ($builder:expr) => {{
+            let builder = $builder;
+            let mut frame = Vec::with_capacity(builder.size(PAYLOAD.len()));
+            builder
+                .write(&mut frame, PAYLOAD)
+                .expect("writing to a Vec");
+            frame
+        }};
+    }
+    let mut with_options = Ipv4Header::new(
+        0,
+        64,
+        etherparse::ip_number::UDP,
+        listed_v4.octets(),
+        host_v4.octets(),
+    )
+    .expect("an empty payload fits");
+    // Record route, 8 bytes: IHL 7.
+    with_options.options = [7, 7, 4, 0, 0, 0, 0, 0].into();
+    let arp = ArpPacket::new(
+        ArpHardwareId::ETHERNET,
+        EtherType::IPV4,
+        ArpOperation::REQUEST,
+        &[2, 0, 0, 0, 0, 1],
+        &host_v4.octets(),
+        &[0; 6],
+        &listed_v4.octets(),
+    )
+    .expect("an Ethernet/IPv4 ARP packet");
+    let arp_builder = ethernet().arp(arp);
+    let mut arp_frame = Vec::with_capacity(arp_builder.size());
+    arp_builder.write(&mut arp_frame).expect("writing to a Vec");
+    let frames = [
+        (
+            "udp4",
+            built!(ethernet().ip(ipv4(listed_v4, host_v4)).udp(40000, 53)),
+        ),
+        (
+            "udp4_one_tag",
+            built!(ethernet()
+                .single_vlan(vlan(7))
+                .ip(ipv4(listed_v4, host_v4))
+                .udp(40000, 53)),
+        ),
+        (
+            "udp4_two_tags",
+            built!(ethernet()
+                .double_vlan(vlan(100), vlan(7))
+                .ip(ipv4(host_v4, listed_v4))
+                .udp(53, 40000)),
+        ),
+        (
+            "tcp4_syn",
+            built!(ethernet()
+                .ip(ipv4(listed_v4, host_v4))
+                .tcp(40000, 443, 1, 64240)
+                .syn()),
+        ),
+        (
+            "icmp4_echo",
+            built!(ethernet()
+                .ip(ipv4(listed_v4, host_v4))
+                .icmpv4_echo_request(1, 1)),
+        ),
+        (
+            "udp4_with_options",
+            built!(ethernet()
+                .ip(IpHeaders::Ipv4(with_options, Default::default()))
+                .udp(40000, 53)),
+        ),
+        (
+            "udp6",
+            built!(ethernet().ip(ipv6(listed_v6, host_v6)).udp(40000, 53)),
+        ),
+        (
+            "tcp6_two_tags",
+            built!(ethernet()
+                .double_vlan(vlan(100), vlan(7))
+                .ip(ipv6(listed_v6, host_v6))
+                .tcp(40000, 443, 1, 64240)
+                .syn()),
+        ),
+        (
+            "icmp6_echo_one_tag",
+            built!(ethernet()
+                .single_vlan(vlan(7))
+                .ip(ipv6(host_v6, listed_v6))
+                .icmpv6_echo_request(1, 1)),
+        ),
+        ("arp", arp_frame),
+    ];
+    for (name, frame) in &frames {
+        write(dir, name, frame);
+    }
+    // Three tags: the third is not looked into (not IP).
+    let (_, tagged) = &frames[2];
+    let three_tags = [&tagged[..12], &[0x81, 0x00, 0x00, 0x05], &tagged[12..]].concat();
+    write(dir, "udp4_three_tags", &three_tags);
+    // Cut inside the IPv4 options, the IPv6 header and the Ethernet header.
+    let cut = |name: &str, length: usize| {
+        let (_, frame) = frames
+            .iter()
+            .find(|(candidate, _)| *candidate == name)
+            .expect("a frame built above");
+        frame[..length].to_vec()
+    };
+    write(
+        dir,
+        "udp4_with_options_cut",
+        &cut("udp4_with_options", 14 + 24),
+    );
+    write(dir, "udp6_cut", &cut("udp6", 14 + 39));
+    write(dir, "ethernet_cut", &cut("udp4", 13));
+}
+
 fn main() {
     let lists = PathBuf::from(
         std::env::args()
@@ -307,4 +476,5 @@ fn main() {
     flash_images(&seeds.join("flash_image"), &prefixes);
     device_responses(&seeds.join("device_responses"));
     blocklists(&seeds.join("blocklist"), &lists);
+    packets(&seeds.join("packet"), &lists);
 }

@@ -1,0 +1,106 @@
+//! The cuckoo filter's bookkeeping and the relocation walk on tables set up
+//! by hand: emptiness, the kick budget's clamping, and the walk's first
+//! step from either bucket (an insert whose only way out is through one of
+//! its two buckets succeeds after a few tries either way).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use filter_core::cuckoo::{DEFAULT_MAX_KICKS, KICK_PATH_CAPACITY};
+use filter_core::layout::alternate_bucket;
+use filter_core::{CuckooFilter, InsertError, KeyHash, StaticCuckooFilter};
+
+#[test]
+fn a_filter_is_empty_until_an_insert_and_after_the_last_remove() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 64>::new(7);
+    assert!(filter.is_empty());
+    filter.insert(&1u64).unwrap();
+    assert!(!filter.is_empty());
+    assert!(filter.remove(&1u64));
+    assert!(filter.is_empty());
+}
+
+#[test]
+fn the_kick_budget_is_clamped_and_reported() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 64>::new(7);
+    assert_eq!(filter.max_kicks(), DEFAULT_MAX_KICKS);
+    assert_eq!(filter.set_max_kicks(0), 1);
+    assert_eq!(filter.max_kicks(), 1);
+    assert_eq!(filter.set_max_kicks(37), 37);
+    assert_eq!(filter.max_kicks(), 37);
+    let most = KICK_PATH_CAPACITY as u16;
+    assert_eq!(filter.set_max_kicks(u16::MAX), most);
+    assert_eq!(filter.max_kicks(), most);
+}
+
+/// One slot per bucket, eight buckets.
+type Table = [[u16; 1]; 8];
+const MASK: usize = 7;
+
+/// A fingerprint whose other bucket, seen from `bucket`, is not in `taken`.
+fn fingerprint_leaving(bucket: usize, taken: &[usize]) -> (u16, usize) {
+    (1..=u16::MAX)
+        .map(|fingerprint| (fingerprint, alternate_bucket(bucket, fingerprint, MASK)))
+        .find(|(_, other)| !taken.contains(other))
+        .expect("some fingerprint leads elsewhere")
+}
+
+/// Inserts `hash` with a budget of one kick into a table where the
+/// occupant of one of its buckets (`open`) can move on into a free bucket
+/// and the occupant of the other (`blocked`) cannot; returns the attempts
+/// it took, and panics after 32. A failed attempt must leave the table as
+/// it was.
+fn attempts_through(open_is_primary: bool) -> usize {
+    let probe = CuckooFilter::<u16, 1, Table>::with_storage([[0; 1]; 8], 0).unwrap();
+    let hash = (0..)
+        .map(KeyHash)
+        .find(|&hash| {
+            let location = probe.locate(hash);
+            location.primary != location.alternate
+        })
+        .unwrap();
+    let location = probe.locate(hash);
+    let (open, blocked) = if open_is_primary {
+        (location.primary, location.alternate)
+    } else {
+        (location.alternate, location.primary)
+    };
+    let (stuck, wall) = fingerprint_leaving(blocked, &[open, blocked]);
+    let (movable, free) = fingerprint_leaving(open, &[open, blocked, wall]);
+    let mut table: Table = [[0; 1]; 8];
+    table[blocked] = [stuck];
+    table[wall] = [0x5eed];
+    table[open] = [movable];
+    let mut filter = CuckooFilter::<u16, 1, Table>::with_storage(table, 0).unwrap();
+    filter.set_max_kicks(1);
+    for attempt in 1..=32 {
+        match filter.insert_hash(hash) {
+            Ok(()) => {
+                let stored = filter.storage();
+                assert_eq!(stored[free], [movable], "the occupant moved on");
+                assert_eq!(stored[open], [location.fingerprint]);
+                assert_eq!(stored[blocked], [stuck]);
+                assert_eq!(filter.len(), 4);
+                return attempt;
+            }
+            Err(InsertError::Full) => assert_eq!(filter.storage(), &table),
+        }
+    }
+    let open = if open_is_primary {
+        "primary"
+    } else {
+        "alternate"
+    };
+    panic!("no insert in 32 attempts with the way out through the {open} bucket");
+}
+
+#[test]
+fn the_relocation_walk_starts_from_either_bucket() {
+    for open_is_primary in [true, false] {
+        let attempts = attempts_through(open_is_primary);
+        eprintln!("open primary {open_is_primary}: {attempts} attempts");
+    }
+}
