@@ -1,8 +1,9 @@
 //! Writes the committed seed corpora, `seeds/<target>/`, from real data:
 //! the frames the firmware tests send, snapshots and flash images of
 //! filters holding entries of the shared blocklists, device answers as a
-//! client meets them, a few hundred lines of each shared blocklist, and
-//! frames from listed addresses as the XDP tests send them.
+//! client meets them, a few hundred lines of each shared blocklist,
+//! frames from listed addresses as the XDP tests send them, and agent
+//! configurations (the shipped example and variations on it).
 //!
 //! `cargo +nightly run --example seed_corpus -- BLOCKLIST_DIR` in `fuzz/`
 //! (the blocklists the tests use); run it again when a format changes.
@@ -462,6 +463,27 @@ fn packets(dir: &Path, lists: &Path) {
     write(dir, "ethernet_cut", &cut("udp4", 13));
 }
 
+/// The agent configuration shipped in `userspace/dist/`, one feed of
+/// each kind with every key set, and the mistakes the tests name.
+fn agent_configs(dir: &Path) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../userspace/dist/agent.toml");
+    let example = std::fs::read(example).expect("reading the example agent configuration");
+    write(dir, "example", &example);
+    let every_key = "[metrics]\nlisten = \"[::1]:9640\"\n\n[[feed]]\nname = \"a-1.b_c\"\n\
+        url = \"http://127.0.0.1:8080/list\"\nrefresh = \"1h 30m\"\nformat = \"netset\"\n\
+        list = \"allowlist\"\ntimeout = \"5s\"\nmax_bytes = 4096\nmax_entries = 10\n\n\
+        [[feed]]\nname = \"local\"\npath = \"/srv/lists/local.txt\"\nrefresh = \"1s\"\n";
+    write(dir, "every_key", every_key.as_bytes());
+    write(dir, "metrics_off", b"[metrics]\nlisten = \"\"\n");
+    write(
+        dir,
+        "two_feeds_one_name",
+        b"[[feed]]\nname = \"a\"\npath = \"/x\"\nrefresh = \"1m\"\n\
+          [[feed]]\nname = \"a\"\npath = \"/y\"\nrefresh = \"1m\"\n",
+    );
+    write(dir, "unclosed_table", b"[[feed]\nname = \"a\"\n");
+}
+
 fn main() {
     let lists = PathBuf::from(
         std::env::args()
@@ -477,4 +499,5 @@ fn main() {
     device_responses(&seeds.join("device_responses"));
     blocklists(&seeds.join("blocklist"), &lists);
     packets(&seeds.join("packet"), &lists);
+    agent_configs(&seeds.join("agent_config"));
 }

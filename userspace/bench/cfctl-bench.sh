@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The benchmark behind `./x bench-cfctl` (see userspace/BENCHMARKS-cfctl.md):
 # wall time to import 10^6 IPv4 addresses into an attached filter (median
-# of three fresh imports) and to replace them with a list that shares half
-# of them, and the latency of adding one address, for cfctl,
-# xdp-filter (xdp-tools) and `ipset restore` in the same run on the same
-# list. The XDP programs are attached (native mode) to the host end of a
+# of three fresh imports), to replace them with a list that shares half
+# of them, and to apply a feed refresh that changes 10^5 of them (cfctl
+# agent against an `ipset restore` of the same 10^5 deletions and
+# additions), and the latency of adding one address (cfctl with and
+# without a running agent), for cfctl, xdp-filter (xdp-tools) and ipset in
+# the same run on the same list. The XDP programs are attached (native mode) to the host end of a
 # veth pair whose peer is in a namespace the script creates; no traffic is
 # sent. Everything is removed on exit, also when a step fails.
 #
@@ -16,6 +18,7 @@ cfctl_binary=$(realpath "$1")
 entries=${ENTRIES:-1000000}
 adds=${ADDS:-25}
 xdp_filter_adds=${XDP_FILTER_ADDS:-1000}
+changed=$((entries / 10))
 tag=$$
 namespace="cfbench-$tag"
 host_link="cfbh$tag"
@@ -24,8 +27,12 @@ ipset_name="cfbench-$tag"
 work=$(mktemp -d /tmp/cfctl-bench.XXXXXX)
 
 state="$work/state"
+feed_server_pid=""
+agent_pid=""
 
 cleanup() {
+    [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
+    [ -n "$feed_server_pid" ] && kill "$feed_server_pid" 2>/dev/null
     "$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" detach --all >/dev/null 2>&1 || true
     xdp-filter unload "$host_link" >/dev/null 2>&1 || true
     ipset destroy "$ipset_name" >/dev/null 2>&1 || true
@@ -66,9 +73,9 @@ ip netns add "$namespace"
 ip link add "$host_link" type veth peer name cfbench-peer netns "$namespace"
 ip link set "$host_link" up
 ip -n "$namespace" link set cfbench-peer up
-python3 - "$entries" "$work" "$ipset_name" <<'PY'
+python3 - "$entries" "$work" "$ipset_name" "$changed" <<'PY'
 import random, sys
-entries, work, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+entries, work, name, changed = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 rng = random.Random(0x5eed)
 addresses = set()
 while len(addresses) < entries:
@@ -92,6 +99,20 @@ for values, list_path, set_name, restore_path in [
     with open(f"{work}/{restore_path}", "w") as out:
         out.write(f"create {set_name} hash:ip family inet hashsize 1048576 maxelem {2 * entries}\n")
         out.writelines(f"add {set_name} {line}\n" for line in lines)
+# A feed's next version: `changed` of its addresses leave, as many new ones
+# arrive. As ipset commands: the same deletions and additions, and back.
+leaving = rng.sample(sorted(addresses), changed)
+arriving = set()
+while len(arriving) < changed:
+    address = rng.randrange(0x0100_0000, 0xC612_0000)
+    if address not in addresses and address not in fresh:
+        arriving.add(address)
+with open(f"{work}/feed-next.txt", "w") as out:
+    out.write("\n".join(text(sorted((addresses - set(leaving)) | arriving))) + "\n")
+for path, gone, new in [("ipset-next.restore", leaving, arriving), ("ipset-back.restore", arriving, leaving)]:
+    with open(f"{work}/{path}", "w") as out:
+        out.writelines(f"del {name} {line}\n" for line in text(gone))
+        out.writelines(f"add {name} {line}\n" for line in text(new))
 PY
 
 echo "==> cfctl"
@@ -108,6 +129,56 @@ start=$EPOCHREALTIME; cfctl import --replace "$work/replacement.txt" >/dev/null;
 cfctl verify >/dev/null
 cfctl_add=$(latency_ms "$adds" cfctl add)
 cfctl status
+cfctl detach --all >/dev/null
+
+echo "==> cfctl agent: a feed refresh that changes $changed of $entries entries"
+state="$work/state-agent"
+cfctl attach "$host_link" --capacity $((entries + entries / 10)) >/dev/null
+mkdir "$work/feed"
+cp "$work/list.txt" "$work/feed/list.txt"
+feed_port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+python3 -m http.server --bind 127.0.0.1 --directory "$work/feed" "$feed_port" >/dev/null 2>&1 &
+feed_server_pid=$!
+cat >"$work/agent.toml" <<TOML
+[metrics]
+listen = ""
+
+[[feed]]
+name = "bench"
+url = "http://127.0.0.1:$feed_port/list.txt"
+refresh = "1h"
+max_bytes = 100000000
+max_entries = $((2 * entries))
+TOML
+for _ in $(seq 1 50); do
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$feed_port/list.txt')" 2>/dev/null && break
+    sleep 0.1
+done
+# The first refresh lists the whole feed; the measured ones alternate
+# between its next version and the first.
+cfctl agent --once --config "$work/agent.toml" 2>/dev/null
+applies=() passes=()
+for version in feed-next.txt list.txt feed-next.txt; do
+    cp "$work/$version" "$work/feed/list.txt"
+    start=$EPOCHREALTIME
+    cfctl agent --once --config "$work/agent.toml" 2>"$work/agent.log"
+    passes+=("$(seconds_since "$start")")
+    applies+=("$(sed -n 's/.*apply_seconds=\([0-9.]*\).*/\1/p' "$work/agent.log" | tail -n 1)")
+done
+agent_apply="$(median "${applies[@]}") (${applies[*]})"
+agent_pass="$(median "${passes[@]}") (${passes[*]})"
+cfctl verify >/dev/null
+# The binary itself, not the cfctl function: $! must be the agent's pid.
+"$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" agent --config "$work/agent.toml" 2>/dev/null &
+agent_pid=$!
+for _ in $(seq 1 100); do
+    cfctl status --json | grep -Eq '"running": ?true' && break
+    sleep 0.1
+done
+cfctl_add_agent=$(latency_ms "$adds" cfctl add)
+kill "$agent_pid"
+wait "$agent_pid" || true
+agent_pid=""
 cfctl detach --all >/dev/null
 
 echo "==> xdp-filter"
@@ -128,6 +199,13 @@ for run in 1 2 3; do
     start=$EPOCHREALTIME; ipset restore -f "$work/ipset.restore"; imports+=("$(seconds_since "$start")")
 done
 ipset_import="$(median "${imports[@]}") (${imports[*]})"
+diffs=()
+for restore in ipset-next.restore ipset-back.restore ipset-next.restore; do
+    start=$EPOCHREALTIME; ipset restore -f "$work/$restore"; diffs+=("$(seconds_since "$start")")
+done
+ipset_diff="$(median "${diffs[@]}") (${diffs[*]})"
+ipset destroy "$ipset_name"
+ipset restore -f "$work/ipset.restore"
 start=$EPOCHREALTIME
 ipset restore -f "$work/ipset-new.restore"
 ipset swap "$ipset_name-new" "$ipset_name"
@@ -142,4 +220,9 @@ cat <<TABLE
 | cfctl (XDP cuckoo filter, attached) | ${cfctl_import} | ${cfctl_replace} | ${cfctl_add} |
 | xdp-filter (XDP hash map, attached) | cannot: its maps hold at most 10,000 entries; $xdp_filter_adds adds took ${xdp_filter_bulk} s (${xdp_filter_per_entry} ms each) | - | ${xdp_filter_add} |
 | ipset restore (hash:ip, not attached to any filter) | ${ipset_import} | ${ipset_replace} | ${ipset_add} |
+
+| tool | apply a refresh that changes $changed of $entries entries, s (median of 3; runs) | add one address, $entries listed (median of $adds, min-max) |
+|---|---|---|
+| cfctl agent (feed over HTTP on 127.0.0.1; from the response to the live filter, as the agent logs it) | ${agent_apply}; whole \`agent --once\` process: ${agent_pass} | ${cfctl_add_agent} (\`cfctl add\` while the agent runs) |
+| ipset restore (the same deletions and additions to a hash:ip set) | ${ipset_diff} | ${ipset_add} |
 TABLE

@@ -13,10 +13,12 @@
 //! | [`xdp`] | everything that touches the XDP program and its maps, behind [`xdp::LiveFilter`] and [`xdp::PinDir`] |
 //! | [`device`] | the client of the firmware's serial protocol |
 //! | [`control`] | the control plane: moves entries from a source through the store and the plan to a live filter or a device |
+//! | [`agent`] | the long-running service: feeds, expiry and metrics scheduled around `control` |
 //!
 //! Imports run one way: `control` uses `store`, `plan`, `filter`, `xdp` and
 //! `device`; `xdp` and `device` use `plan` and `filter`; those use
-//! `filter-core` and the map ABI (`blocklist-ebpf`). `cfctl` (the binary)
+//! `filter-core` and the map ABI (`blocklist-ebpf`). `agent` sits on top
+//! of `control` and uses nothing below it but the store's read side. `cfctl` (the binary)
 //! parses the command line, calls `control` and prints reports.
 //!
 //! # How an update flows
@@ -52,6 +54,7 @@
 //! path above. It never touches the store's tables, the plan or the maps
 //! itself.
 
+pub mod agent;
 pub mod blocklist;
 pub mod control;
 pub mod device;

@@ -10,7 +10,8 @@ use ipnet::IpNet;
 
 use super::error::{ControlError, Result};
 use super::report::{
-    unix_seconds, CheckResult, CounterRecord, EntryRecord, SourceCount, Status, VerifyReport,
+    unix_seconds, AgentStatus, CheckResult, CounterRecord, EntryRecord, FeedStatus, SourceCount,
+    Status, VerifyReport,
 };
 use super::Control;
 use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
@@ -173,6 +174,16 @@ impl Control {
             filter: None,
             ipv4_packet_fpr: None,
             ipv6_packet_fpr: None,
+            agent: self.store.agent_state()?.map(|state| AgentStatus {
+                running: agent_runs(state.pid),
+                state,
+            }),
+            feeds: self
+                .store
+                .feed_states()?
+                .into_iter()
+                .map(|(name, state)| FeedStatus { name, state })
+                .collect(),
         };
         if let Some((mut live, same_store)) = self.live()? {
             status.loaded = true;
@@ -191,6 +202,16 @@ impl Control {
         }
         Ok(status)
     }
+}
+
+/// Whether process `pid` is a running `cfctl agent` (the agent records its
+/// pid in the store; a later process may have taken the number since).
+fn agent_runs(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|&byte| byte == 0)
+            .any(|argument| argument == b"agent")
+    })
 }
 
 /// Reads every counter of the blocklist pinned in `pin_dir` (no store

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 pub use crate::filter::TableSummary;
-use crate::store::Entry;
+use crate::store::{AgentState, Entry, FeedState};
 pub use crate::xdp::pins::Attachment;
 use crate::{Family, MatchAddress, Mode, Outcome, Policy};
 
@@ -220,6 +220,30 @@ pub struct Status {
     pub ipv4_packet_fpr: Option<f64>,
     /// False-positive rate per IPv6 packet.
     pub ipv6_packet_fpr: Option<f64>,
+    /// The agent that last ran on this store, if one did.
+    pub agent: Option<AgentStatus>,
+    /// The agent's feeds, by name.
+    pub feeds: Vec<FeedStatus>,
+}
+
+/// The agent that last ran on a store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AgentStatus {
+    /// What it recorded of itself.
+    #[serde(flatten)]
+    pub state: AgentState,
+    /// Whether its process still runs.
+    pub running: bool,
+}
+
+/// One feed of the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FeedStatus {
+    /// The feed's name (its entries belong to source `feed:NAME`).
+    pub name: String,
+    /// Its refreshes so far.
+    #[serde(flatten)]
+    pub state: FeedState,
 }
 
 /// How many entries a source lists in one list.

@@ -36,7 +36,7 @@
 //! For tests, `CFCTL_CRASH_AT=<point>` makes cfctl abort at a named point
 //! of this path ([`crash_point`]), the way `kill -9` would.
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 
@@ -48,13 +48,25 @@ use super::capacity::WayOut;
 use super::error::{ControlError, Result};
 use super::report::{ChangeReport, FilterUpdate};
 use super::Control;
-use crate::plan::{family_of, prefixes_of, ActiveLengths, KeyDiff, KeyPlan, PlanError, PlanLimits};
+use crate::plan::{
+    prefixes_of, ActiveLengths, KeyDiff, KeyPlan, KeySharing, PlanError, PlanLimits,
+};
 use crate::store::{ListKind, NewEntry, StoreTransaction};
 use crate::xdp::{LiveFilter, XdpError};
 
-/// Changes of at least this many entries build a new table and swap it in
-/// (one copy into the map) rather than writing each key into the live one.
+/// Changes of at least this many entries, and more than a
+/// [`BULK_SHARE`]th of the list, build a new table and swap it in (one
+/// copy into the map) rather than writing each key into the live one.
 pub const BULK_ENTRIES: usize = 50_000;
+/// A change of at most this share of the list (1/N of its entries) is
+/// written key by key however large: a feed refresh that changes 10^5 of
+/// 10^6 entries costs its own keys, not a rebuild of the whole table.
+pub const BULK_SHARE: usize = 4;
+/// How many stored entries one read of the whole list takes in the time of
+/// one lookup.
+const ROWS_PER_LOOKUP: u64 = 16;
+/// The most networks an exact update looks up one by one.
+const MAX_CANDIDATES: usize = 1 << 20;
 /// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
 /// cleared after a live update.
 const MAX_IPV6_SCAN: usize = 100_000;
@@ -108,40 +120,32 @@ pub enum Change<'a> {
     },
 }
 
-/// A change with each network once (the first of its entries kept).
+/// A change with each network to delete once; the store drops repeated
+/// entries of an add or a replace itself (the first of each kept).
 enum UniqueChange<'a> {
-    Add(&'a str, Vec<NewEntry<'a>>),
+    Add(&'a str, &'a [NewEntry<'a>]),
     Delete(Option<&'a str>, Vec<IpNet>),
-    Replace(&'a str, Vec<NewEntry<'a>>),
+    Replace(&'a str, &'a [NewEntry<'a>]),
     Expire(SystemTime),
 }
 
 impl<'a> Change<'a> {
-    /// The change without entries given again, and how many were.
+    /// The change without networks to delete given again, and how many
+    /// were.
     fn without_repeats(self) -> (UniqueChange<'a>, usize) {
-        fn first_of_each<T: Copy>(items: &[T], net: impl Fn(&T) -> IpNet) -> (Vec<T>, usize) {
-            let mut seen = HashSet::with_capacity(items.len());
-            let unique: Vec<T> = items
-                .iter()
-                .copied()
-                .filter(|item| seen.insert(net(item)))
-                .collect();
-            let repeated = items.len() - unique.len();
-            (unique, repeated)
-        }
         match self {
-            Change::Add { source, entries } => {
-                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
-                (UniqueChange::Add(source, unique), repeated)
-            }
+            Change::Add { source, entries } => (UniqueChange::Add(source, entries), 0),
             Change::Delete { source, nets } => {
-                let (unique, repeated) = first_of_each(nets, |net| *net);
+                let mut seen = HashSet::with_capacity(nets.len());
+                let unique: Vec<IpNet> = nets
+                    .iter()
+                    .copied()
+                    .filter(|net| seen.insert(*net))
+                    .collect();
+                let repeated = nets.len() - unique.len();
                 (UniqueChange::Delete(source, unique), repeated)
             }
-            Change::Replace { source, entries } => {
-                let (unique, repeated) = first_of_each(entries, |entry| entry.net);
-                (UniqueChange::Replace(source, unique), repeated)
-            }
+            Change::Replace { source, entries } => (UniqueChange::Replace(source, entries), 0),
             Change::Expire { until } => (UniqueChange::Expire(until), 0),
         }
     }
@@ -331,9 +335,14 @@ impl Control {
     ) -> Result<FilterUpdate> {
         let limits = self.settings()?.plan_limits;
         progress.start("planning filter keys", 0);
-        let small = recorded.added.len() + recorded.removed.len() < BULK_ENTRIES;
+        let changed = recorded.added.len() + recorded.removed.len();
+        let listed =
+            usize::try_from(self.store.entry_count(ListKind::Blocklist)?).unwrap_or(usize::MAX);
+        let small = changed < BULK_ENTRIES || changed.saturating_mul(BULK_SHARE) <= listed;
         let plan = match small {
-            true => self.plan_around(&recorded.added, &recorded.removed, live.lengths(), limits)?,
+            true => {
+                self.plan_around(&recorded.added, &recorded.removed, &live.lengths(), limits)?
+            }
             false => None,
         };
         let txn = match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
@@ -464,44 +473,31 @@ impl Control {
     }
 
     /// A plan of the committed entries that can share a filter key with
-    /// `added` or `removed` under the live `lengths`: enough for an exact
-    /// diff of that change, without reading the whole store. An entry `E`
-    /// shares a key with a changed entry `N` only if both expand to the
-    /// same active length and one contains the other, so the candidates are
-    /// `N`'s prefixes down to just above the next shorter active length and
-    /// `N`'s subnets down to its target length. `None` when there are too
-    /// many candidates (then the caller rebuilds from the whole store).
+    /// `added` or `removed` under the live `lengths` ([`KeySharing`]):
+    /// enough for an exact diff of that change. A small change looks its
+    /// candidates up; one whose candidates would outnumber a
+    /// [`ROWS_PER_LOOKUP`]th of the list reads the list once instead.
+    /// `None` when the plan needs other lengths (then the caller rebuilds
+    /// from the whole store).
     fn plan_around(
         &self,
         added: &[IpNet],
         removed: &[IpNet],
-        lengths: ActiveLengths,
+        lengths: &ActiveLengths,
         limits: PlanLimits,
     ) -> Result<Option<KeyPlan>> {
-        const MAX_CANDIDATES: usize = 1 << 20;
-        let mut candidates = Vec::new();
-        for net in added.iter().chain(removed) {
-            let active = lengths.get(family_of(net));
-            let len = net.prefix_len();
-            let Some(target) = active.iter().rev().copied().find(|&active| active >= len) else {
-                continue;
-            };
-            let shortest = active
-                .iter()
-                .copied()
-                .find(|&active| active < target)
-                .map_or(0, |floor| floor + 1);
-            let expansion = 1usize.checked_shl(u32::from(target - len) + 1);
-            if expansion.is_none_or(|size| candidates.len() + size > MAX_CANDIDATES) {
-                return Ok(None);
+        let sharing = KeySharing::new(added.iter().chain(removed).copied(), lengths);
+        let listed = self.store.entry_count(ListKind::Blocklist)?;
+        let max_lookups = usize::try_from(listed / ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
+        let stored = match sharing.candidates(max_lookups.min(MAX_CANDIDATES)) {
+            Some(candidates) => self.store.existing(ListKind::Blocklist, candidates)?,
+            None => {
+                let mut every = self.store.nets(ListKind::Blocklist)?;
+                every.retain(|net| sharing.shares(net));
+                every
             }
-            candidates.extend(prefixes_of(net.network(), shortest..=len));
-            for sub_len in len + 1..=target {
-                candidates.extend(net.subnets(sub_len).into_iter().flatten());
-            }
-        }
-        let sharing = self.store.existing(ListKind::Blocklist, candidates)?;
-        match KeyPlan::with_lengths(sharing, lengths, limits) {
+        };
+        match KeyPlan::with_lengths(stored, lengths.clone(), limits) {
             Ok(plan) => Ok(Some(plan)),
             Err(PlanError::RebuildNeeded(_)) => Ok(None),
             Err(error) => Err(error.into()),
@@ -581,6 +577,7 @@ fn record(
         UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
             let stored = txn.add(list, source, counted(entries, progress))?;
+            report.repeated = stored.repeated;
             report.joined = stored.joined.len();
             report.already_listed = stored.already_listed;
             Recorded {
@@ -600,6 +597,7 @@ fn record(
         UniqueChange::Replace(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
             let stored = txn.replace(list, source, counted(entries, progress))?;
+            report.repeated = stored.repeated;
             report.kept = stored.kept;
             report.joined = stored.joined.len();
             report.still_listed = stored.still_listed;

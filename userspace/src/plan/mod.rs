@@ -58,6 +58,7 @@
 mod check;
 mod diff;
 mod lengths;
+mod sharing;
 
 use std::net::IpAddr;
 
@@ -71,6 +72,7 @@ pub use diff::KeyDiff;
 use diff::{cancel_common, marked_lengths, BitReferences};
 use lengths::expansion_size;
 pub use lengths::{choose_lengths, ActiveLengths, PlanLimits, DEFAULT_MAX_KEYS};
+pub use sharing::KeySharing;
 
 /// The family of an address.
 pub fn family_of_address(address: IpAddr) -> AddressFamily {

@@ -75,12 +75,13 @@ use ipnet::IpNet;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable};
 
 pub use records::{
-    AddReport, DeleteReport, Entry, ExpireReport, FilterSettings, Membership, NewEntry,
-    ReplaceReport,
+    AddReport, AgentState, DeleteReport, Entry, ExpireReport, FeedState, FilterSettings,
+    Membership, NewEntry, ReplaceReport,
 };
 use schema::{
     decode_expiry, decode_net, encode_net, memberships_of, v1, MemberKey, MemberValue, NetBytes,
-    ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META, SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
+    AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META, SCHEMA_VERSION_KEY,
+    SETTINGS, SOURCES,
 };
 pub use schema::{ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
@@ -531,27 +532,47 @@ impl Store {
 
     /// The filter settings, if any were stored.
     pub fn settings(&self) -> Result<Option<FilterSettings>, StoreError> {
+        let Some(json) = self.setting_text(FILTER_SETTINGS_KEY)? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|error| self.corrupt(format!("filter settings: {error}")))
+    }
+
+    /// The agent's state, if an agent ever ran.
+    pub fn agent_state(&self) -> Result<Option<AgentState>, StoreError> {
+        let Some(json) = self.setting_text(AGENT_STATE_KEY)? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|error| self.corrupt(format!("agent state: {error}")))
+    }
+
+    fn setting_text(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
             let table = txn.open_table(SETTINGS).in_store(self)?;
-            let Some(json) = table.get(FILTER_SETTINGS_KEY).in_store(self)? else {
-                return Ok(None);
-            };
-            serde_json::from_str(json.value())
-                .map(Some)
-                .map_err(|error| self.corrupt(format!("filter settings: {error}")))
+            Ok(table
+                .get(key)
+                .in_store(self)?
+                .map(|value| value.value().to_owned()))
         })
     }
 
-    /// The agent's state of every feed (name, JSON).
-    pub fn feed_states(&self) -> Result<Vec<(String, String)>, StoreError> {
+    /// The agent's state of every feed, by name.
+    pub fn feed_states(&self) -> Result<Vec<(String, FeedState)>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
             let table = txn.open_table(FEEDS).in_store(self)?;
             let mut states = Vec::new();
             for row in table.iter().in_store(self)? {
-                let (name, state) = row.in_store(self)?;
-                states.push((name.value().to_owned(), state.value().to_owned()));
+                let (name, json) = row.in_store(self)?;
+                let state = serde_json::from_str(json.value()).map_err(|error| {
+                    self.corrupt(format!("state of feed {}: {error}", name.value()))
+                })?;
+                states.push((name.value().to_owned(), state));
             }
             Ok(states)
         })

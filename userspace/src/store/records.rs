@@ -65,6 +65,47 @@ impl Default for FilterSettings {
     }
 }
 
+/// What the agent remembers of a feed between refreshes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FeedState {
+    /// The last good answer's `ETag`, sent back as `If-None-Match`.
+    pub etag: Option<String>,
+    /// The last good answer's `Last-Modified`, sent back as
+    /// `If-Modified-Since`.
+    pub last_modified: Option<String>,
+    /// When a refresh was last tried, Unix seconds.
+    pub last_attempt: Option<u64>,
+    /// When a refresh last succeeded (an updated or an unchanged list).
+    pub last_success: Option<u64>,
+    /// Why the last refresh failed, if it did.
+    pub last_error: Option<String>,
+    /// Entries of the last good list.
+    pub entries: usize,
+    /// Refreshes that changed the list.
+    pub updated: u64,
+    /// Refreshes the server answered with 304 Not Modified.
+    pub not_modified: u64,
+    /// Refreshes that failed (the last good list stayed).
+    pub failed: u64,
+}
+
+/// What the agent records of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentState {
+    /// Its process id.
+    pub pid: u32,
+    /// When it started, Unix seconds.
+    pub started: u64,
+    /// Its configuration file.
+    pub config: String,
+    /// Its feeds' names.
+    pub feeds: Vec<String>,
+    /// Where its metrics endpoint listens, if it does.
+    pub metrics: Option<String>,
+}
+
 /// An entry to add for one source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NewEntry<'a> {
@@ -122,6 +163,8 @@ pub struct AddReport {
     /// Networks this source listed already: kept, with the new comment and
     /// expiry if given.
     pub already_listed: Vec<IpNet>,
+    /// Entries that repeated an earlier entry's network, ignored.
+    pub repeated: usize,
 }
 
 /// What a delete did.
@@ -149,6 +192,8 @@ pub struct ReplaceReport {
     /// Networks the source listed before and still does: their time added
     /// is kept, comment and expiry are the new ones.
     pub kept: usize,
+    /// Entries that repeated an earlier entry's network, ignored.
+    pub repeated: usize,
 }
 
 /// What an expiry sweep did, per list.

@@ -37,6 +37,7 @@ pub(super) const FEEDS: TableDefinition<&str, &str> = TableDefinition::new("feed
 pub(super) const COUNTS: TableDefinition<CountKey, u64> = TableDefinition::new("counts");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const FILTER_SETTINGS_KEY: &str = "filter";
+pub(super) const AGENT_STATE_KEY: &str = "agent";
 
 /// The tables of schema version 1 (one source per network), read once to
 /// migrate a store and then deleted.

@@ -8,20 +8,20 @@
 //! reports say which networks the list gained or lost as a whole: those
 //! are what the filter must change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use ipnet::IpNet;
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use super::schema::{
     encode_expiry, encode_net, memberships_of, unix_seconds, CountKey, ExpiryKey, MemberKey,
-    MemberValue, NetBytes, SourceKey, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, SETTINGS,
-    SOURCES,
+    MemberValue, NetBytes, SourceKey, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS,
+    FILTER_SETTINGS_KEY, SETTINGS, SOURCES,
 };
 use super::{
-    AddReport, DeleteReport, ExpireReport, FilterSettings, InStore, ListKind, NewEntry,
-    ReplaceReport, Store, StoreError,
+    AddReport, AgentState, DeleteReport, ExpireReport, FeedState, FilterSettings, InStore,
+    ListKind, NewEntry, ReplaceReport, Store, StoreError,
 };
 
 /// Source names and their ids, as in the `sources` table.
@@ -70,6 +70,118 @@ enum Moved {
     Nothing,
 }
 
+/// What a list holds of one network for one source.
+#[derive(Default)]
+struct Held {
+    /// Whether other sources list it.
+    others: bool,
+    /// The source's own membership, if it has one.
+    own: Option<Membership>,
+}
+
+/// A membership as stored.
+struct Membership {
+    comment: Option<String>,
+    added: u64,
+    expires: u64,
+}
+
+impl Held {
+    /// Takes in one membership row of the network: the source's own, or
+    /// another source's.
+    fn note(&mut self, own: bool, (comment, added, expires): (Option<&str>, u64, u64)) {
+        if own {
+            self.own = Some(Membership {
+                comment: comment.map(str::to_owned),
+                added,
+                expires,
+            });
+        } else {
+            self.others = true;
+        }
+    }
+}
+
+impl Membership {
+    /// Whether listing it again as `entry` says would change nothing (a
+    /// renewal keeps the comment unless the entry gives one).
+    fn same_as(&self, entry: &NewEntry<'_>) -> bool {
+        entry
+            .comment
+            .is_none_or(|comment| self.comment.as_deref() == Some(comment))
+            && encode_expiry(entry.expires) == self.expires
+    }
+}
+
+/// One network a replacement changes: an entry to list (and what the list
+/// holds of its network), or, without one, a network the source drops.
+struct Step<'e, 'a> {
+    net: NetBytes,
+    entry: Option<&'e NewEntry<'a>>,
+    held: Held,
+}
+
+/// The steps of a replacement, and the entries it keeps unchanged.
+#[derive(Default)]
+struct Steps<'e, 'a> {
+    steps: Vec<Step<'e, 'a>>,
+    unchanged: usize,
+}
+
+impl<'e, 'a> Steps<'e, 'a> {
+    /// Takes in network `net`, of which the list holds `held`, as entry
+    /// `entry` lists it or (without one) as the source no longer does.
+    fn take(&mut self, net: NetBytes, entry: Option<&'e NewEntry<'a>>, held: Held) {
+        match (entry, &held.own) {
+            (Some(entry), Some(own)) if own.same_as(entry) => self.unchanged += 1,
+            (None, None) => {}
+            _ => self.steps.push(Step { net, entry, held }),
+        }
+    }
+
+    /// Takes in the entries before `net`, with what `held_before` says the
+    /// list holds of each, then `net`, of which the list holds `held`, with
+    /// its entry if the next one lists it.
+    fn take_through(
+        &mut self,
+        entries: &mut std::iter::Peekable<std::slice::Iter<'e, (NetBytes, NewEntry<'a>)>>,
+        net: NetBytes,
+        held: Held,
+        mut held_before: impl FnMut(NetBytes) -> Result<Held, redb::Error>,
+    ) -> Result<(), redb::Error> {
+        while let Some((before, entry)) = entries.next_if(|(next, _)| *next < net) {
+            self.take(*before, Some(entry), held_before(*before)?);
+        }
+        let entry = entries
+            .next_if(|(next, _)| *next == net)
+            .map(|(_, entry)| entry);
+        self.take(net, entry, held);
+        Ok(())
+    }
+}
+
+/// How many rows one ordered pass reads in the time of one range read:
+/// below this share of the table, [`ListWriter::held_many`] reads each
+/// network on its own.
+const ROWS_PER_SEEK: u64 = 16;
+
+/// `entries` keyed by their stored form, in order, the first of any
+/// repeats kept (ordered writes touch each page of a table once), and how
+/// many repeats there were.
+fn in_order<'a>(
+    entries: impl IntoIterator<Item = NewEntry<'a>>,
+) -> (Vec<(NetBytes, NewEntry<'a>)>, usize) {
+    let mut entries: Vec<(NetBytes, NewEntry<'a>)> = entries
+        .into_iter()
+        .map(|entry| (encode_net(&entry.net), entry))
+        .collect();
+    let given = entries.len();
+    entries.sort_by_key(|(net, _)| *net);
+    entries.dedup_by_key(|(net, _)| *net);
+    let repeated = given - entries.len();
+    (entries, repeated)
+}
+
 /// The open tables of one list inside a write transaction, and the count
 /// changes to write when done.
 struct ListWriter<'t> {
@@ -101,32 +213,113 @@ impl<'t> ListWriter<'t> {
         Ok(self.members.range(memberships_of(net))?.next().is_some())
     }
 
-    /// Source `source` lists `net` with `comment` until `expires`; a
-    /// membership it had keeps its time added.
+    /// What the list holds of `net` for `source`: one range read of its
+    /// memberships.
+    fn held(&self, source: u32, net: NetBytes) -> Result<Held, redb::Error> {
+        let mut held = Held::default();
+        for row in self.members.range(memberships_of(net))? {
+            let (key, value) = row?;
+            held.note(key.value().1 == source, value.value());
+        }
+        Ok(held)
+    }
+
+    /// What the list holds of each of `nets` (sorted, distinct) for
+    /// `source`. Many networks are read in one ordered pass over the
+    /// memberships between the first and the last; a few, one range read
+    /// each.
+    fn held_many(&self, source: u32, nets: &[NetBytes]) -> Result<Vec<Held>, redb::Error> {
+        let (Some(&first), Some(&last)) = (nets.first(), nets.last()) else {
+            return Ok(Vec::new());
+        };
+        let wanted = u64::try_from(nets.len()).unwrap_or(u64::MAX);
+        if wanted.saturating_mul(ROWS_PER_SEEK) < self.members.len()? {
+            return nets.iter().map(|&net| self.held(source, net)).collect();
+        }
+        let mut held: Vec<Held> = nets.iter().map(|_| Held::default()).collect();
+        let mut index = 0;
+        for row in self.members.range((first, 0)..=(last, u32::MAX))? {
+            let (key, value) = row?;
+            let (net, member) = key.value();
+            while nets[index] < net {
+                index += 1;
+            }
+            if nets[index] == net {
+                held[index].note(member == source, value.value());
+            }
+        }
+        Ok(held)
+    }
+
+    /// What making `entries` (sorted, distinct) all that `source` lists
+    /// takes: a [`Step`] for each entry the source does not list as given
+    /// and for each network it lists that `entries` lack, in order. A large
+    /// replacement reads the whole list in one ordered pass; a small one
+    /// reads the source's networks, then each network on its own.
+    fn replacement<'e, 'a>(
+        &self,
+        source: u32,
+        entries: &'e [(NetBytes, NewEntry<'a>)],
+    ) -> Result<Steps<'e, 'a>, redb::Error> {
+        let mut steps = Steps::default();
+        let mut new = entries.iter().peekable();
+        let wanted = u64::try_from(entries.len()).unwrap_or(u64::MAX);
+        let scan = wanted.saturating_mul(ROWS_PER_SEEK) >= self.members.len()?;
+        if scan {
+            // Each network's memberships are adjacent rows.
+            let mut group: Option<(NetBytes, Held)> = None;
+            for row in self.members.iter()? {
+                let (key, value) = row?;
+                let (net, member) = key.value();
+                if let Some((current, held)) = group.take_if(|(current, _)| *current != net) {
+                    // Entries before it are networks the list lacks.
+                    steps.take_through(&mut new, current, held, |_| Ok(Held::default()))?;
+                }
+                let (_, held) = group.get_or_insert_with(|| (net, Held::default()));
+                held.note(member == source, value.value());
+            }
+            if let Some((current, held)) = group {
+                steps.take_through(&mut new, current, held, |_| Ok(Held::default()))?;
+            }
+        } else {
+            for net in self.networks_of(source)? {
+                let held = self.held(source, net)?;
+                steps.take_through(&mut new, net, held, |before| self.held(source, before))?;
+            }
+        }
+        for (net, entry) in new {
+            let held = match scan {
+                true => Held::default(),
+                false => self.held(source, *net)?,
+            };
+            steps.take(*net, Some(entry), held);
+        }
+        Ok(steps)
+    }
+
+    /// Source `source`, whose hold on `net` is `held`, lists it with
+    /// `comment` until `expires`; a membership it had keeps its time added
+    /// (and its comment, unless `comment` replaces it). A renewal that
+    /// changes nothing writes nothing, so a refresh that keeps most of a
+    /// list costs only the reads.
     fn join(
         &mut self,
         source: u32,
         net: NetBytes,
+        held: Held,
         comment: Option<&str>,
         expires: Option<SystemTime>,
     ) -> Result<Moved, redb::Error> {
         let expires = encode_expiry(expires);
-        let listed_before = self.listed(net)?;
-        let previous = self
-            .members
-            .insert((net, source), (comment, self.now, expires))?
-            .map(|old| {
-                let (old_comment, added, expiry) = old.value();
-                (old_comment.map(str::to_owned), added, expiry)
-            });
-        if let Some((old_comment, added, old_expiry)) = previous {
-            // Renewed: the time added stays, a comment stays unless replaced.
-            let comment = comment.or(old_comment.as_deref());
-            self.members
-                .insert((net, source), (comment, added, expires))?;
-            if old_expiry != expires {
-                if old_expiry != 0 {
-                    self.expiry.remove((old_expiry, source, net))?;
+        if let Some(own) = held.own {
+            let comment = comment.or(own.comment.as_deref());
+            if comment != own.comment.as_deref() || expires != own.expires {
+                self.members
+                    .insert((net, source), (comment, own.added, expires))?;
+            }
+            if own.expires != expires {
+                if own.expires != 0 {
+                    self.expiry.remove((own.expires, source, net))?;
                 }
                 if expires != 0 {
                     self.expiry.insert((expires, source, net), ())?;
@@ -134,12 +327,14 @@ impl<'t> ListWriter<'t> {
             }
             return Ok(Moved::Nothing);
         }
+        self.members
+            .insert((net, source), (comment, self.now, expires))?;
         self.by_source.insert((source, net), ())?;
         if expires != 0 {
             self.expiry.insert((expires, source, net), ())?;
         }
         *self.deltas.entry(source).or_default() += 1;
-        Ok(if listed_before {
+        Ok(if held.others {
             Moved::OthersToo
         } else {
             *self.deltas.entry(ALL_SOURCES).or_default() += 1;
@@ -149,20 +344,50 @@ impl<'t> ListWriter<'t> {
 
     /// Source `source` no longer lists `net`.
     fn leave(&mut self, source: u32, net: NetBytes) -> Result<Moved, redb::Error> {
-        let Some(expires) = self.members.remove((net, source))?.map(|old| old.value().2) else {
+        if !self.drop_membership(source, net)? {
             return Ok(Moved::Nothing);
+        }
+        let others = self.listed(net)?;
+        Ok(self.count_leave(others))
+    }
+
+    /// Source `source`, which lists `net` beside other sources or not
+    /// (`others`), no longer does.
+    fn leave_held(
+        &mut self,
+        source: u32,
+        net: NetBytes,
+        others: bool,
+    ) -> Result<Moved, redb::Error> {
+        if !self.drop_membership(source, net)? {
+            return Ok(Moved::Nothing);
+        }
+        Ok(self.count_leave(others))
+    }
+
+    /// Removes `source`'s membership of `net` from every table; whether it
+    /// had one.
+    fn drop_membership(&mut self, source: u32, net: NetBytes) -> Result<bool, redb::Error> {
+        let Some(expires) = self.members.remove((net, source))?.map(|old| old.value().2) else {
+            return Ok(false);
         };
         self.by_source.remove((source, net))?;
         if expires != 0 {
             self.expiry.remove((expires, source, net))?;
         }
         *self.deltas.entry(source).or_default() -= 1;
-        Ok(if self.listed(net)? {
+        Ok(true)
+    }
+
+    /// Counts a membership gone: the list loses the network unless
+    /// `others` still list it.
+    fn count_leave(&mut self, others: bool) -> Moved {
+        if others {
             Moved::OthersToo
         } else {
             *self.deltas.entry(ALL_SOURCES).or_default() -= 1;
             Moved::List
-        })
+        }
     }
 
     /// No source lists `net` any more.
@@ -237,13 +462,18 @@ impl StoreTransaction<'_> {
     ) -> Result<AddReport, StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
+        let (entries, repeated) = in_order(entries);
         store.guarded(|| {
             let mut writer = self.writer(list)?;
-            let mut report = AddReport::default();
-            for entry in entries {
-                let net = encode_net(&entry.net);
+            let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
+            let held = writer.held_many(source, &nets).in_store(store)?;
+            let mut report = AddReport {
+                repeated,
+                ..AddReport::default()
+            };
+            for ((net, entry), held) in entries.iter().zip(held) {
                 match writer
-                    .join(source, net, entry.comment, entry.expires)
+                    .join(source, *net, held, entry.comment, entry.expires)
                     .in_store(store)?
                 {
                     Moved::List => report.added.push(entry.net),
@@ -307,38 +537,39 @@ impl StoreTransaction<'_> {
     ) -> Result<ReplaceReport, StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
+        let (entries, repeated) = in_order(entries);
         store.guarded(|| {
             let mut writer = self.writer(list)?;
-            let mut old: HashSet<NetBytes> = writer
-                .networks_of(source)
-                .in_store(store)?
-                .into_iter()
-                .collect();
-            let mut report = ReplaceReport::default();
-            let mut seen = HashSet::new();
-            for entry in entries {
-                let net = encode_net(&entry.net);
-                if !seen.insert(net) {
-                    continue;
-                }
-                let kept = old.remove(&net);
-                match writer
-                    .join(source, net, entry.comment, entry.expires)
-                    .in_store(store)?
-                {
-                    Moved::List => report.added.push(entry.net),
-                    Moved::OthersToo => report.joined.push(entry.net),
-                    Moved::Nothing => report.kept += usize::from(kept),
-                }
-            }
-            let mut gone: Vec<NetBytes> = old.into_iter().collect();
-            gone.sort_unstable();
-            for net in gone {
-                let decoded = store.decode_net(&net)?;
-                match writer.leave(source, net).in_store(store)? {
-                    Moved::List => report.removed.push(decoded),
-                    Moved::OthersToo => report.still_listed.push(decoded),
-                    Moved::Nothing => {}
+            let steps = writer.replacement(source, &entries).in_store(store)?;
+            let mut report = ReplaceReport {
+                repeated,
+                kept: steps.unchanged,
+                ..ReplaceReport::default()
+            };
+            for Step { net, entry, held } in steps.steps {
+                match entry {
+                    Some(entry) => {
+                        let kept = held.own.is_some();
+                        match writer
+                            .join(source, net, held, entry.comment, entry.expires)
+                            .in_store(store)?
+                        {
+                            Moved::List => report.added.push(entry.net),
+                            Moved::OthersToo => report.joined.push(entry.net),
+                            Moved::Nothing => report.kept += usize::from(kept),
+                        }
+                    }
+                    None => {
+                        let decoded = store.decode_net(&net)?;
+                        match writer
+                            .leave_held(source, net, held.others)
+                            .in_store(store)?
+                        {
+                            Moved::List => report.removed.push(decoded),
+                            Moved::OthersToo => report.still_listed.push(decoded),
+                            Moved::Nothing => {}
+                        }
+                    }
                 }
             }
             writer.finish().in_store(store)?;
@@ -387,9 +618,18 @@ impl StoreTransaction<'_> {
         self.put(SETTINGS, FILTER_SETTINGS_KEY, &json)
     }
 
-    /// Writes the state of feed `name` (JSON, the agent's).
-    pub fn set_feed_state(&mut self, name: &str, state: &str) -> Result<(), StoreError> {
-        self.put(FEEDS, name, state)
+    /// Writes the agent's state.
+    pub fn set_agent_state(&mut self, state: &AgentState) -> Result<(), StoreError> {
+        let json = serde_json::to_string(state)
+            .map_err(|error| self.store.corrupt(format!("agent state: {error}")))?;
+        self.put(SETTINGS, AGENT_STATE_KEY, &json)
+    }
+
+    /// Writes the state of feed `name`.
+    pub fn set_feed_state(&mut self, name: &str, state: &FeedState) -> Result<(), StoreError> {
+        let json = serde_json::to_string(state)
+            .map_err(|error| self.store.corrupt(format!("state of feed {name}: {error}")))?;
+        self.put(FEEDS, name, &json)
     }
 
     fn put(

@@ -162,6 +162,18 @@ pub enum Command {
     Resize(ResizeArgs),
     /// Save a device's filter to its flash (devices only).
     Save,
+    /// Keep the blocklist current: refresh feeds, end expired listings and
+    /// serve metrics, until SIGTERM.
+    ///
+    /// Each feed (an HTTP(S) URL or a file, refreshed on its own interval
+    /// with conditional requests) is parsed like `cfctl import` and its list
+    /// replaces what source feed:NAME lists, atomically; a failed refresh or
+    /// a bad list keeps the last good one. Listings added with --timeout end
+    /// on time. The agent holds the store only while it applies a change, so
+    /// other cfctl commands run beside it. SIGHUP reloads the configuration
+    /// (a bad one is refused and the old one kept). The XDP attachment stays
+    /// when the agent stops. `cfctl status` shows the agent and its feeds.
+    Agent(AgentArgs),
     /// Print the man page (cfctl.1), or write a page per command to a
     /// directory.
     Man(ManArgs),
@@ -188,6 +200,7 @@ impl Command {
             Command::Verify => "verify",
             Command::Resize(_) => "resize",
             Command::Save => "save",
+            Command::Agent(_) => "agent",
             Command::Man(_) => "man",
             Command::Completions(_) => "completions",
         }
@@ -215,6 +228,21 @@ fn timeout(text: &str) -> Result<Duration, String> {
 fn attach_mode() -> impl TypedValueParser<Value = AttachMode> {
     PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name))
         .map(|name| AttachMode::from_name(&name).expect("one of the possible values"))
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The configuration file (TOML: [metrics] listen, and [[feed]] tables
+    /// with name, url or path, refresh, format, list, timeout, max_bytes,
+    /// max_entries).
+    #[arg(long, value_name = "FILE", default_value = "/etc/cfctl/agent.toml")]
+    pub config: PathBuf,
+    /// Refresh every feed and end the expired listings once, then exit.
+    #[arg(long, conflicts_with = "check_config")]
+    pub once: bool,
+    /// Check the configuration, print what it sets up, and exit.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 #[derive(Debug, Args)]

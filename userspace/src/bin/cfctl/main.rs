@@ -4,6 +4,7 @@
 //! prints the report (see `report`) and turns any error into one line on
 //! standard error and a non-zero exit status.
 
+mod agent;
 mod cli;
 mod device;
 mod input;
@@ -138,6 +139,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Agent(args) => agent::run(global, args),
         command => match &global.device {
             Some(target) => device::run(global, target, command),
             None => xdp::run(global, command),

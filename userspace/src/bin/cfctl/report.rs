@@ -319,6 +319,7 @@ pub fn status(status: &Status) {
     if let Some(next) = status.next_expiry {
         println!("next expiry  {}", time(next));
     }
+    agent(status);
     match &status.filter {
         None => println!(
             "filter       {}-bit fingerprints, sized for {} keys (built at attach)",
@@ -351,6 +352,39 @@ pub fn status(status: &Status) {
                 status.ipv6_packet_fpr.unwrap_or(0.0)
             );
         }
+    }
+}
+
+/// The agent's lines of `status`: whether it runs, and each feed's last
+/// refresh.
+fn agent(status: &Status) {
+    if let Some(agent) = &status.agent {
+        let state = &agent.state;
+        let running = if agent.running {
+            format!("running (pid {}) since {}", state.pid, time(state.started))
+        } else {
+            format!("not running (last started {})", time(state.started))
+        };
+        println!("agent        {running}, {}", Escaped(&state.config));
+        if let Some(metrics) = &state.metrics {
+            println!("  metrics    http://{}/metrics", Escaped(metrics));
+        }
+    }
+    for feed in &status.feeds {
+        let state = &feed.state;
+        let last = match (state.last_success, &state.last_error) {
+            (_, Some(error)) => format!("failing: {}", Escaped(error)),
+            (Some(at), None) => format!("refreshed {}", time(at)),
+            (None, None) => "never refreshed".to_owned(),
+        };
+        println!(
+            "  feed {:<12} {} entries, {last} ({} updated, {} unchanged, {} failed)",
+            Escaped(&feed.name),
+            thousands(state.entries as u64),
+            state.updated,
+            state.not_modified,
+            state.failed
+        );
     }
 }
 

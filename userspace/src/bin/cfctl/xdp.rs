@@ -105,6 +105,7 @@ fn on_store(
         }
         Command::Stats(_)
         | Command::Save
+        | Command::Agent(_)
         | Command::Detach(_)
         | Command::Man(_)
         | Command::Completions(_) => unreachable!("handled before the store is opened"),

@@ -1,0 +1,56 @@
+//! The agent's configuration reader on any text: never a panic; a
+//! configuration it accepts keeps every promise the agent relies on
+//! (unique feed names, refreshes of at least a second, limits of at least
+//! one); one it refuses is one line, `FILE:LINE: reason`, naming a line the
+//! text has.
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use userspace::agent::config::{Config, MIN_REFRESH};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Config::parse(text, Path::new("agent.toml")) {
+        Ok(config) => {
+            let mut names: Vec<&str> = config.feeds.iter().map(|feed| feed.name.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), config.feeds.len(), "two feeds share a name");
+            for feed in &config.feeds {
+                assert!(
+                    feed.refresh >= MIN_REFRESH,
+                    "{}: refresh {:?}",
+                    feed.name,
+                    feed.refresh
+                );
+                assert!(
+                    feed.max_bytes >= 1 && feed.max_entries >= 1,
+                    "{}",
+                    feed.name
+                );
+                assert!(!feed.timeout.is_zero(), "{}: no timeout", feed.name);
+            }
+        }
+        Err(error) => {
+            let message = error.to_string();
+            assert!(
+                !message.contains('\n'),
+                "a message of several lines: {message:?}"
+            );
+            assert!(
+                message.starts_with(&format!("agent.toml:{}: ", error.line)),
+                "{message}"
+            );
+            assert!(
+                (1..=text.lines().count().max(1) + 1).contains(&error.line),
+                "line {} of a text of {} lines",
+                error.line,
+                text.lines().count()
+            );
+        }
+    }
+});

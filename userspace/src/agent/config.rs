@@ -1,0 +1,327 @@
+//! The agent's configuration: a TOML file of feeds and the metrics
+//! endpoint, read and checked as a whole before anything changes. Every
+//! problem is one line, `FILE:LINE: what is wrong`.
+//!
+//! ```toml
+//! [metrics]
+//! listen = "127.0.0.1:9640"      # the default; "" turns the endpoint off
+//!
+//! [[feed]]
+//! name = "firehol_level1"        # its entries belong to source feed:firehol_level1
+//! url = "https://iplists.firehol.org/files/firehol_level1.netset"
+//! refresh = "1h"                 # at least 1 s
+//! format = "auto"                # auto, plain, netset, spamhaus
+//! list = "blocklist"             # or "allowlist"
+//! timeout = "60s"                # per request
+//! max_bytes = 67108864           # a larger body fails the refresh
+//! max_entries = 4000000          # so does a list with more entries
+//! # path = "/srv/lists/local.txt"  # instead of url: a local file
+//! ```
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::blocklist::ListFormat;
+use crate::store::ListKind;
+use crate::text::{excerpt, Escaped};
+
+/// Where the metrics endpoint listens unless told otherwise.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9640";
+/// The largest feed body taken unless a feed says otherwise.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// The most entries a feed may have unless it says otherwise.
+pub const DEFAULT_MAX_ENTRIES: usize = 4 << 20;
+/// The shortest refresh interval.
+pub const MIN_REFRESH: Duration = Duration::from_secs(1);
+
+/// A configuration problem: where, and what.
+#[derive(Debug, thiserror::Error)]
+#[error("{}:{line}: {reason}", .file.display())]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// The 1-based line (0 when the file cannot be read).
+    pub line: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The agent's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Where the metrics endpoint listens, if it does.
+    pub metrics: Option<SocketAddr>,
+    /// The feeds, in file order.
+    pub feeds: Vec<FeedConfig>,
+}
+
+/// Where a feed's list comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FeedLocation {
+    /// An `http://` or `https://` URL.
+    Url(String),
+    /// A local file.
+    Path(PathBuf),
+}
+
+/// One feed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedConfig {
+    /// Its name; its entries belong to source `feed:NAME`.
+    pub name: String,
+    /// Where its list comes from.
+    pub location: FeedLocation,
+    /// How often it is fetched.
+    pub refresh: Duration,
+    /// Its format, `None` to detect it.
+    pub format: Option<ListFormat>,
+    /// The list its entries go in.
+    pub list: ListKind,
+    /// How long one fetch may take.
+    pub timeout: Duration,
+    /// The largest body taken.
+    pub max_bytes: u64,
+    /// The most entries taken.
+    pub max_entries: usize,
+}
+
+impl FeedConfig {
+    /// The source its entries belong to.
+    pub fn source(&self) -> String {
+        format!("feed:{}", self.name)
+    }
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    metrics: Option<Spanned<MetricsSection>>,
+    #[serde(default)]
+    feed: Vec<Spanned<FeedSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    listen: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeedSection {
+    name: Spanned<String>,
+    url: Option<Spanned<String>>,
+    path: Option<Spanned<PathBuf>>,
+    refresh: Spanned<String>,
+    #[serde(default)]
+    format: Option<Spanned<String>>,
+    #[serde(default)]
+    list: Option<Spanned<String>>,
+    #[serde(default)]
+    timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    max_bytes: Option<Spanned<u64>>,
+    #[serde(default)]
+    max_entries: Option<Spanned<usize>>,
+}
+
+impl Config {
+    /// Reads and checks the configuration in `file`.
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|error| ConfigError {
+            file: file.to_owned(),
+            line: 0,
+            reason: format!("cannot read the configuration: {error}"),
+        })?;
+        Self::parse(&text, file)
+    }
+
+    /// Parses and checks the configuration `text`, read from `file`.
+    pub fn parse(text: &str, file: &Path) -> Result<Self, ConfigError> {
+        // Every reason is one line of printable text, whatever the file
+        // holds: values quoted in it are cut and their control characters
+        // escaped.
+        let at = |span: Range<usize>, reason: String| ConfigError {
+            file: file.to_owned(),
+            line: line_of(text, span.start),
+            reason: Escaped(&reason).to_string(),
+        };
+        let parsed: File = toml::from_str(text).map_err(|error| {
+            let reason = error.message().trim_end().replace('\n', "; ");
+            at(error.span().unwrap_or(0..0), reason)
+        })?;
+        let metrics = match parsed.metrics {
+            None => Some(parse_listen(DEFAULT_METRICS_LISTEN).map_err(|reason| at(0..0, reason))?),
+            Some(section) => {
+                let listen = &section.get_ref().listen;
+                match listen.get_ref().as_str() {
+                    "" => None,
+                    text => Some(parse_listen(text).map_err(|reason| at(listen.span(), reason))?),
+                }
+            }
+        };
+        let mut names = HashSet::new();
+        let mut feeds = Vec::new();
+        for feed in parsed.feed {
+            let span = feed.span();
+            let feed = feed.into_inner();
+            let name = feed.name.get_ref().clone();
+            if !names.insert(name.clone()) {
+                return Err(at(
+                    feed.name.span(),
+                    format!("a second feed named '{}'", excerpt(&name)),
+                ));
+            }
+            feeds.push(check_feed(feed, span, &at)?);
+        }
+        Ok(Self { metrics, feeds })
+    }
+}
+
+/// Checks one feed's section.
+fn check_feed(
+    feed: FeedSection,
+    span: Range<usize>,
+    at: &impl Fn(Range<usize>, String) -> ConfigError,
+) -> Result<FeedConfig, ConfigError> {
+    let name = feed.name.get_ref();
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !valid_name {
+        return Err(at(
+            feed.name.span(),
+            format!(
+                "feed name '{}': use 1 to 64 letters, digits, '_', '-' or '.'",
+                excerpt(name)
+            ),
+        ));
+    }
+    let within = |what: &str| format!("feed '{name}': {what}");
+    let location = match (feed.url, feed.path) {
+        (Some(url), None) => {
+            let text = url.get_ref();
+            if !(text.starts_with("http://") || text.starts_with("https://")) {
+                return Err(at(
+                    url.span(),
+                    within(&format!(
+                        "url '{}' is not http:// or https://",
+                        excerpt(text)
+                    )),
+                ));
+            }
+            FeedLocation::Url(text.clone())
+        }
+        (None, Some(path)) => FeedLocation::Path(path.into_inner()),
+        (Some(url), Some(_)) => {
+            return Err(at(url.span(), within("give either url or path, not both")))
+        }
+        (None, None) => return Err(at(span, within("needs a url or a path"))),
+    };
+    let duration = |value: &Spanned<String>, key: &str, min: Duration| {
+        let parsed = humantime::parse_duration(value.get_ref()).map_err(|error| {
+            at(
+                value.span(),
+                within(&format!(
+                    "{key} '{}' is not a duration like 30s or 1h: {error}",
+                    excerpt(value.get_ref())
+                )),
+            )
+        })?;
+        if parsed < min {
+            return Err(at(
+                value.span(),
+                within(&format!(
+                    "{key} '{}' is shorter than {}",
+                    excerpt(value.get_ref()),
+                    humantime::format_duration(min)
+                )),
+            ));
+        }
+        Ok(parsed)
+    };
+    let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
+    let timeout = match &feed.timeout {
+        Some(timeout) => duration(timeout, "timeout", Duration::from_secs(1))?,
+        None => Duration::from_secs(60),
+    };
+    let format = match &feed.format {
+        None => None,
+        Some(format) if format.get_ref() == "auto" => None,
+        Some(format) => Some(
+            format
+                .get_ref()
+                .parse::<ListFormat>()
+                .map_err(|error| at(format.span(), within(&error.to_string())))?,
+        ),
+    };
+    let list = match feed
+        .list
+        .as_ref()
+        .map(|list| (list.get_ref().as_str(), list.span()))
+    {
+        None | Some(("blocklist", _)) => ListKind::Blocklist,
+        Some(("allowlist", _)) => ListKind::Allowlist,
+        Some((other, span)) => {
+            return Err(at(
+                span,
+                within(&format!(
+                    "list '{}' is neither blocklist nor allowlist",
+                    excerpt(other)
+                )),
+            ))
+        }
+    };
+    let positive = |value: Option<&Spanned<u64>>, key: &str, default: u64| match value {
+        Some(value) if *value.get_ref() == 0 => Err(at(
+            value.span(),
+            within(&format!("{key} must be at least 1")),
+        )),
+        Some(value) => Ok(*value.get_ref()),
+        None => Ok(default),
+    };
+    let max_bytes = positive(feed.max_bytes.as_ref(), "max_bytes", DEFAULT_MAX_BYTES)?;
+    let max_entries = match &feed.max_entries {
+        Some(value) if *value.get_ref() == 0 => {
+            return Err(at(value.span(), within("max_entries must be at least 1")))
+        }
+        Some(value) => *value.get_ref(),
+        None => DEFAULT_MAX_ENTRIES,
+    };
+    Ok(FeedConfig {
+        name: name.clone(),
+        location,
+        refresh,
+        format,
+        list,
+        timeout,
+        max_bytes,
+        max_entries,
+    })
+}
+
+/// A listen address: `HOST:PORT` with a literal IP.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "metrics listen '{}' is not an address like 127.0.0.1:9640 (or \"\" for none)",
+            excerpt(text)
+        )
+    })
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset.min(text.len()))
+        .map_or(1, |before| before.matches('\n').count() + 1)
+}

@@ -1,0 +1,371 @@
+//! `cfctl agent`: the long-running service that keeps the blocklist current
+//! by itself. It schedules three things around the one update path
+//! ([`Control::change`]) and never touches the store's tables or the maps
+//! itself:
+//!
+//! * **feeds** ([`feed`]): each feed is fetched when due (network I/O,
+//!   outside any lock) and its list becomes all that its source
+//!   `feed:NAME` lists, in one change; a failed fetch or a bad list keeps
+//!   the last good one;
+//! * **expiry**: listings whose time has come end in one batched change
+//!   per list; the agent sleeps until the next expiry, and at most
+//!   [`MAX_IDLE`] at a time, so one a command adds is seen in time;
+//! * **metrics** ([`metrics`]): a Prometheus text endpoint.
+//!
+//! Between changes the agent holds no lock: each pass opens the store,
+//! applies what is due and closes it, so `cfctl` commands run beside it and
+//! wait at most for one update. SIGHUP reloads the configuration (a bad
+//! one is logged and the old one kept); SIGTERM and SIGINT end the agent
+//! after the pass in progress, leaving the XDP attachment in place.
+
+pub mod config;
+pub mod feed;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::control::{Change, Control, ControlError, NoProgress, StoreUse};
+use crate::store::{AgentState, FeedState, NewEntry};
+use config::{Config, ConfigError, FeedConfig};
+use feed::Fetched;
+use metrics::Metrics;
+
+/// The longest the agent sleeps between passes: a listing that a command
+/// adds while it sleeps expires at most this late.
+pub const MAX_IDLE: Duration = Duration::from_millis(500);
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// The configuration file.
+    pub config: PathBuf,
+    /// The pin directory of the blocklist.
+    pub pin_dir: PathBuf,
+    /// The state directory of the store.
+    pub state_dir: PathBuf,
+    /// Refresh every feed and end the expired listings once, then exit.
+    pub once: bool,
+}
+
+/// Why the agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is bad.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store or the live filter failed (boxed: it is large, and rare).
+    #[error(transparent)]
+    Control(Box<ControlError>),
+    /// The metrics endpoint could not start.
+    #[error("cannot serve metrics on {address}: {error}")]
+    Metrics {
+        /// Where it should have listened.
+        address: std::net::SocketAddr,
+        /// What failed.
+        error: std::io::Error,
+    },
+    /// The signal handlers could not be installed.
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+impl From<ControlError> for AgentError {
+    fn from(error: ControlError) -> Self {
+        AgentError::Control(Box::new(error))
+    }
+}
+
+impl From<crate::store::StoreError> for AgentError {
+    fn from(error: crate::store::StoreError) -> Self {
+        ControlError::from(error).into()
+    }
+}
+
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// The flags the signal handlers set.
+struct Signals {
+    stop: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Self, AgentError> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let signals = Self {
+            stop: Arc::new(AtomicBool::new(false)),
+            reload: Arc::new(AtomicBool::new(false)),
+        };
+        for (signal, flag) in [
+            (SIGTERM, &signals.stop),
+            (SIGINT, &signals.stop),
+            (SIGHUP, &signals.reload),
+        ] {
+            signal_hook::flag::register(signal, Arc::clone(flag)).map_err(AgentError::Signals)?;
+        }
+        Ok(signals)
+    }
+
+    /// Sleeps until `next` or a signal.
+    fn sleep_until(&self, next: Instant) {
+        const STEP: Duration = Duration::from_millis(20);
+        loop {
+            let now = Instant::now();
+            if now >= next || self.stop.load(Ordering::SeqCst) || self.reload.load(Ordering::SeqCst)
+            {
+                return;
+            }
+            std::thread::sleep(STEP.min(next - now));
+        }
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT (or one pass, with `once`).
+pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
+    let mut config = Config::load(&options.config)?;
+    let signals = Signals::install()?;
+    let metrics = Arc::new(Metrics::new(&options.pin_dir));
+    let _server = match (config.metrics, options.once) {
+        (Some(address), false) => Some(
+            metrics::serve(Arc::clone(&metrics), address)
+                .map_err(|error| AgentError::Metrics { address, error })?,
+        ),
+        _ => None,
+    };
+    let mut agent = Agent {
+        options: options.clone(),
+        metrics,
+        due: HashMap::new(),
+    };
+    agent.record_state(&config)?;
+    tracing::info!(feeds = config.feeds.len(), metrics = ?config.metrics, "agent started");
+    loop {
+        if signals.reload.swap(false, Ordering::SeqCst) {
+            config = agent.reload(config);
+        }
+        let next = agent.pass(&config)?;
+        if options.once || signals.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        signals.sleep_until(next);
+        if signals.stop.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    tracing::info!("agent stopped; the XDP attachment stays");
+    Ok(())
+}
+
+/// One fetch, with how long it took.
+struct Fetch<'c> {
+    feed: &'c FeedConfig,
+    result: Result<Fetched, feed::FetchError>,
+    took: Duration,
+}
+
+struct Agent {
+    options: AgentOptions,
+    metrics: Arc<Metrics>,
+    /// When each feed is next due.
+    due: HashMap<String, Instant>,
+}
+
+impl Agent {
+    fn open(&self) -> Result<Control, ControlError> {
+        Control::open(
+            &self.options.pin_dir,
+            &self.options.state_dir,
+            StoreUse::Create,
+        )
+    }
+
+    /// The configuration read again (SIGHUP), or the old one if the new
+    /// one is bad.
+    fn reload(&mut self, old: Config) -> Config {
+        match Config::load(&self.options.config) {
+            Ok(new) => {
+                tracing::info!(feeds = new.feeds.len(), "configuration reloaded");
+                self.due
+                    .retain(|name, _| new.feeds.iter().any(|feed| &feed.name == name));
+                if let Err(error) = self.record_state(&new) {
+                    tracing::warn!(%error, "cannot record the agent's state");
+                }
+                new
+            }
+            Err(error) => {
+                tracing::error!(%error, "the new configuration is refused; keeping the old one");
+                old
+            }
+        }
+    }
+
+    /// One pass: fetch the feeds that are due, then, in one visit to the
+    /// store, end the expired listings and apply the fetched lists. Returns
+    /// when the next pass is due.
+    fn pass(&mut self, config: &Config) -> Result<Instant, AgentError> {
+        let now = Instant::now();
+        let due: Vec<&FeedConfig> = config
+            .feeds
+            .iter()
+            .filter(|feed| self.due.get(&feed.name).is_none_or(|&at| at <= now))
+            .collect();
+        let states = match due.is_empty() {
+            true => HashMap::new(),
+            false => self.open()?.store().feed_states()?.into_iter().collect(),
+        };
+        let fetches: Vec<Fetch<'_>> = due
+            .into_iter()
+            .map(|feed| {
+                let started = Instant::now();
+                let state = states.get(&feed.name).cloned().unwrap_or_default();
+                let result = feed::fetch(feed, &state);
+                let took = started.elapsed();
+                Fetch { feed, result, took }
+            })
+            .collect();
+        let mut control = self.open()?;
+        self.expire(&mut control)?;
+        for fetch in fetches {
+            let mut state = states.get(&fetch.feed.name).cloned().unwrap_or_default();
+            self.apply(&mut control, fetch, &mut state)?;
+        }
+        self.metrics.observe_store(control.store())?;
+        let next_expiry = control.store().next_expiry()?;
+        drop(control);
+        let mut next = Instant::now() + MAX_IDLE;
+        if let Some(at) = next_expiry {
+            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+            next = next.min(Instant::now() + wait);
+        }
+        Ok(self.due.values().fold(next, |next, &at| next.min(at)))
+    }
+
+    /// Ends the expired listings.
+    fn expire(&self, control: &mut Control) -> Result<(), AgentError> {
+        let started = Instant::now();
+        let reports = control.expire_due()?;
+        if reports.iter().any(|report| report.expired > 0) {
+            self.metrics.update("expire", started.elapsed());
+            for report in reports.iter().filter(|report| report.expired > 0) {
+                tracing::info!(
+                    expired = report.expired,
+                    deleted = report.deleted,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "expired listings ended"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one fetch (its list replaces its source's entries, or the
+    /// last good list stays), records the feed's state and schedules its
+    /// next refresh.
+    fn apply(
+        &mut self,
+        control: &mut Control,
+        fetch: Fetch<'_>,
+        state: &mut FeedState,
+    ) -> Result<(), AgentError> {
+        let feed = fetch.feed;
+        let now = unix_seconds(SystemTime::now());
+        state.last_attempt = Some(now);
+        let outcome = match fetch.result {
+            Ok(Fetched::NotModified) => {
+                state.not_modified += 1;
+                Ok("not_modified")
+            }
+            Ok(Fetched::Body {
+                bytes,
+                etag,
+                last_modified,
+            }) => self
+                .replace(control, feed, &bytes, fetch.took)
+                .map(|entries| {
+                    state.updated += 1;
+                    state.entries = entries;
+                    state.etag = etag;
+                    state.last_modified = last_modified;
+                    "updated"
+                }),
+            Err(error) => Err(error.to_string()),
+        };
+        let result = match outcome {
+            Ok(result) => {
+                state.last_success = Some(now);
+                state.last_error = None;
+                result
+            }
+            Err(error) => {
+                tracing::error!(feed = %feed.name, %error, "refresh failed; the last good list stays");
+                state.failed += 1;
+                state.last_error = Some(error);
+                "failed"
+            }
+        };
+        self.metrics.feed(&feed.name, result, state);
+        let mut txn = control.store().begin()?;
+        txn.set_feed_state(&feed.name, state)?;
+        txn.commit()?;
+        self.due
+            .insert(feed.name.clone(), Instant::now() + feed.refresh);
+        Ok(())
+    }
+
+    /// Parses `bytes` as `feed`'s list and makes it all that the feed's
+    /// source lists; the number of entries, or why not.
+    fn replace(
+        &self,
+        control: &mut Control,
+        feed: &FeedConfig,
+        bytes: &[u8],
+        fetch_took: Duration,
+    ) -> Result<usize, String> {
+        let started = Instant::now();
+        let list = feed::parse(feed, bytes).map_err(|error| error.to_string())?;
+        let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list, None).collect();
+        let source = feed.source();
+        let change = Change::Replace {
+            source: &source,
+            entries: &entries,
+        };
+        let report = control
+            .change(feed.list, change, &NoProgress)
+            .map_err(|error| error.to_string())?;
+        let took = started.elapsed();
+        self.metrics.update("feed", took);
+        tracing::info!(
+            feed = %feed.name,
+            entries = entries.len(),
+            added = report.added,
+            deleted = report.deleted,
+            fetch_seconds = fetch_took.as_secs_f64(),
+            apply_seconds = took.as_secs_f64(),
+            "feed refreshed"
+        );
+        Ok(entries.len())
+    }
+
+    /// Records the agent's process, start and configuration in the store.
+    fn record_state(&self, config: &Config) -> Result<(), AgentError> {
+        let state = AgentState {
+            pid: std::process::id(),
+            started: unix_seconds(SystemTime::now()),
+            config: self.options.config.display().to_string(),
+            feeds: config.feeds.iter().map(|feed| feed.name.clone()).collect(),
+            metrics: config.metrics.map(|address| address.to_string()),
+        };
+        let control = self.open()?;
+        let mut txn = control.store().begin()?;
+        txn.set_agent_state(&state)?;
+        txn.commit()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,609 @@
+//! `cfctl agent` for real: a feed server on 127.0.0.1 that the test starts
+//! and changes, the agent as a separate process, the XDP program attached
+//! to a veth pair in a namespace, real traffic, metrics scraped over HTTP,
+//! `kill -9` in the middle of a refresh, and every bad configuration line.
+//! Polls wait for events with generous deadlines (a deadline is a hang
+//! guard, never a measured time). Needs root, iproute2 and ping.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::cfctl::{attached, Cfctl};
+use common::netns::check_traffic;
+
+/// What the feed server answers.
+#[derive(Clone, Debug)]
+enum Answer {
+    /// The list, with an ETag; 304 to a request that names it.
+    List(String),
+    /// An HTTP error.
+    Status(u16),
+    /// A body that promises more bytes than it sends, then closes.
+    Cut(String),
+}
+
+/// A feed server on 127.0.0.1: `GET /list` answers with the current
+/// [`Answer`]; it counts requests and conditional ones.
+struct FeedServer {
+    address: SocketAddr,
+    answer: Arc<Mutex<Answer>>,
+    not_modified: Arc<AtomicU64>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn etag_of(body: &str) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash =
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(body);
+    format!("\"{hash:x}\"")
+}
+
+impl FeedServer {
+    fn start(answer: Answer) -> Self {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("a feed server"));
+        let address = server.server_addr().to_ip().expect("an IP address");
+        let answer = Arc::new(Mutex::new(answer));
+        let not_modified = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (server, answer) = (Arc::clone(&server), Arc::clone(&answer));
+            let not_modified = Arc::clone(&not_modified);
+            std::thread::spawn(move || {
+                for request in server.incoming_requests() {
+                    let condition = request
+                        .headers()
+                        .iter()
+                        .find(|header| header.field.equiv("If-None-Match"))
+                        .map(|header| header.value.to_string());
+                    let answer = answer.lock().expect("the answer").clone();
+                    let _ = match answer {
+                        Answer::List(body) => {
+                            let etag = etag_of(&body);
+                            if condition.as_deref() == Some(etag.as_str()) {
+                                not_modified.fetch_add(1, Ordering::SeqCst);
+                                request.respond(tiny_http::Response::empty(304))
+                            } else {
+                                let header =
+                                    tiny_http::Header::from_bytes("ETag", etag).expect("a header");
+                                request.respond(
+                                    tiny_http::Response::from_string(body).with_header(header),
+                                )
+                            }
+                        }
+                        Answer::Status(code) => request.respond(tiny_http::Response::empty(code)),
+                        Answer::Cut(body) => {
+                            let promised = body.len() * 2;
+                            request.respond(tiny_http::Response::new(
+                                tiny_http::StatusCode(200),
+                                Vec::new(),
+                                std::io::Cursor::new(body.into_bytes()),
+                                Some(promised),
+                                None,
+                            ))
+                        }
+                    };
+                }
+            })
+        };
+        Self {
+            address,
+            answer,
+            not_modified,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/list", self.address)
+    }
+
+    fn set(&self, answer: Answer) {
+        *self.answer.lock().expect("the answer") = answer;
+    }
+}
+
+impl Drop for FeedServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `cfctl agent` running for `cfctl`'s directories, killed by PID on drop.
+struct Agent {
+    child: Child,
+    config: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(cfctl: &Cfctl, config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a directory for the agent");
+        let file = dir.path().join("agent.toml");
+        std::fs::write(&file, config).expect("writing the configuration");
+        let log = dir.path().join("agent.log");
+        let child = cfctl
+            .command(&["agent", "--config", file.to_str().expect("a UTF-8 path")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("starting cfctl agent");
+        Self {
+            child,
+            config: file,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Rewrites the configuration and sends SIGHUP.
+    fn reload(&self, config: &str) {
+        std::fs::write(&self.config, config).expect("writing the configuration");
+        self.signal(libc::SIGHUP);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the PID of a child this test started.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.child.wait().expect("waiting for the agent")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for `condition`, failing with `what` after a minute.
+fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !condition() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn listed(cfctl: &Cfctl, address: &str) -> bool {
+    cfctl.run(&["check", "--quiet", address]).status.code() == Some(0)
+}
+
+/// A feed's state in `cfctl status --json`.
+fn feed_state(cfctl: &Cfctl, name: &str) -> serde_json::Value {
+    let status = cfctl.json(&["status"]);
+    status["feeds"]
+        .as_array()
+        .and_then(|feeds| feeds.iter().find(|feed| feed["name"] == name).cloned())
+        .unwrap_or_default()
+}
+
+fn feed_config(name: &str, url: &str, extra: &str) -> String {
+    format!("[metrics]\nlisten = \"\"\n\n[[feed]]\nname = \"{name}\"\nurl = \"{url}\"\nrefresh = \"1s\"\n{extra}\n")
+}
+
+#[test]
+fn feed_changes_reach_the_traffic_and_an_unchanged_feed_changes_nothing() {
+    let (network, cfctl) = attached(140, "agent-feed", "1000", "skb");
+    let listed_peer = network.v4(3).to_string();
+    let other = network.v4(9).to_string();
+    let server = FeedServer::start(Answer::List(format!("{listed_peer}\n{}\n", network.v6(3))));
+    let agent = Agent::start(&cfctl, &feed_config("t", &server.url(), ""));
+    wait_for("the feed's first list", || listed(&cfctl, &listed_peer));
+    check_traffic(&network, true);
+    assert_eq!(feed_state(&cfctl, "t")["entries"], 2);
+
+    // The feed changes: the new entry is listed, the old one passes again.
+    server.set(Answer::List(format!("{other}\n")));
+    wait_for("the feed's second list", || listed(&cfctl, &other));
+    assert!(!listed(&cfctl, &listed_peer));
+    check_traffic(&network, false);
+
+    // An unchanged feed answers 304 to the agent's conditional request,
+    // and nothing changes.
+    let before = cfctl.ok(&["list"]);
+    let seen = server.not_modified.load(Ordering::SeqCst);
+    wait_for("a 304", || {
+        server.not_modified.load(Ordering::SeqCst) > seen + 1
+    });
+    assert_eq!(cfctl.ok(&["list"]), before);
+    assert!(feed_state(&cfctl, "t")["not_modified"].as_u64() > Some(0));
+
+    // The command line keeps working beside the agent, and a source the
+    // feed does not own is left alone by its refreshes.
+    cfctl.ok(&["add", "198.18.140.77"]);
+    server.set(Answer::List(String::new()));
+    wait_for("the feed emptied", || !listed(&cfctl, &other));
+    assert!(listed(&cfctl, "198.18.140.77"));
+
+    // `cfctl status` shows the running agent and its feed; SIGTERM ends
+    // the agent, and the attachment stays.
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["agent"]["running"], true, "{status}");
+    assert_eq!(status["agent"]["feeds"][0], "t");
+    let log = agent.log();
+    assert!(log.contains("feed refreshed"), "{log}");
+    assert!(agent.terminate().success());
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["loaded"], true);
+    assert_eq!(status["agent"]["running"], false);
+    assert!(listed(&cfctl, "198.18.140.77"));
+}
+
+#[test]
+fn sighup_takes_a_good_configuration_and_refuses_a_bad_one() {
+    let (_network, cfctl) = attached(145, "agent-reload", "1000", "skb");
+    let first = FeedServer::start(Answer::List("198.18.145.3\n".to_owned()));
+    let second = FeedServer::start(Answer::List("198.18.145.4\n".to_owned()));
+    let agent = Agent::start(&cfctl, &feed_config("one", &first.url(), ""));
+    wait_for("the first feed", || listed(&cfctl, "198.18.145.3"));
+
+    // A bad configuration is refused, and the old one keeps working.
+    agent.reload("[[feed]]\nname = \"one\"\n");
+    wait_for("the refusal", || agent.log().contains("refused"));
+    assert!(agent.log().contains("agent.toml:1: "), "{}", agent.log());
+    first.set(Answer::List("198.18.145.5\n".to_owned()));
+    wait_for("the old feed refreshed", || listed(&cfctl, "198.18.145.5"));
+
+    // A good one replaces the feeds: the new feed's entries arrive; the
+    // feed that left keeps its last list (only a refresh changes a feed's
+    // source) until `cfctl del --source` removes it.
+    agent.reload(&feed_config("two", &second.url(), ""));
+    wait_for("the second feed", || listed(&cfctl, "198.18.145.4"));
+    assert!(listed(&cfctl, "198.18.145.5"));
+    cfctl.ok(&["del", "--source", "feed:one", "198.18.145.5"]);
+    assert!(!listed(&cfctl, "198.18.145.5"));
+    assert_eq!(cfctl.json(&["status"])["agent"]["feeds"][0], "two");
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
+    let (_network, cfctl) = attached(141, "agent-fail", "1000", "skb");
+    let good = "198.18.141.3\n198.18.141.4\n".to_owned();
+    let server = FeedServer::start(Answer::List(good.clone()));
+    let config = feed_config("t", &server.url(), "max_bytes = 4096\ntimeout = \"5s\"");
+    let _agent = Agent::start(&cfctl, &config);
+    wait_for("the first list", || listed(&cfctl, "198.18.141.3"));
+    for (answer, expected) in [
+        (Answer::Status(500), "500"),
+        (
+            Answer::List("198.18.141.5\n<html>\n".to_owned()),
+            "feed:t:2: ",
+        ),
+        (
+            Answer::List("198.18.141.6\n".repeat(1000)),
+            "larger than max_bytes",
+        ),
+        (Answer::Cut("198.18.141.7\n".repeat(50)), "reading the body"),
+    ] {
+        let failed = feed_state(&cfctl, "t")["failed"].as_u64().unwrap_or(0);
+        server.set(answer);
+        wait_for(expected, || {
+            feed_state(&cfctl, "t")["failed"].as_u64().unwrap_or(0) > failed
+        });
+        let state = feed_state(&cfctl, "t");
+        let error = state["last_error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{expected}: {error}");
+        assert!(listed(&cfctl, "198.18.141.3") && listed(&cfctl, "198.18.141.4"));
+        assert_eq!(
+            cfctl.json(&["status"])["entries"],
+            2,
+            "nothing applied from {expected}"
+        );
+        server.set(Answer::List(good.clone()));
+    }
+}
+
+/// A metrics scrape, as `name{labels}` -> value.
+fn scrape(port: u16) -> Vec<(String, f64)> {
+    let body = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .expect("scraping the metrics")
+        .into_body()
+        .read_to_string()
+        .expect("a text body");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').expect("a sample line");
+            (name.to_owned(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+fn sample(samples: &[(String, f64)], name: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(sampled, _)| sampled == name)
+        .map(|&(_, value)| value)
+}
+
+#[test]
+fn expiry_ends_listings_in_one_batch_and_never_the_others() {
+    use std::os::fd::AsFd;
+    use userspace::xdp::test_run::{run_xdp, XdpAction};
+    let (network, cfctl) = attached(142, "agent-expiry", "400000", "skb");
+    let port = free_port();
+    let _agent = Agent::start(
+        &cfctl,
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    wait_for("the metrics endpoint", || {
+        ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+            .call()
+            .is_ok()
+    });
+    let permanent = network.v4(3).to_string();
+    cfctl.ok(&["add", &permanent]);
+    cfctl.ok(&["add", "198.18.142.50", "--timeout", "2s"]);
+    wait_for("the 2 s listing to end", || {
+        !listed(&cfctl, "198.18.142.50")
+    });
+    assert!(listed(&cfctl, &permanent));
+
+    // 10^5 listings expiring together end in one update of the agent,
+    // while packets from the permanent entry keep being dropped
+    // throughout. The probes run the pinned program on frames
+    // (BPF_PROG_TEST_RUN) and leave the store alone, so only the agent
+    // ends the listings.
+    let dir = tempfile::tempdir().expect("a directory for lists");
+    let list = dir.path().join("expiring.txt");
+    let hosts: Vec<std::net::Ipv4Addr> = (0..100_000u32)
+        .map(|n| std::net::Ipv4Addr::from(0xc613_0000 + n))
+        .collect();
+    let text: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+    std::fs::write(&list, text.join("\n")).expect("writing a list");
+    let updates = |samples: &[(String, f64)]| {
+        sample(samples, "cfctl_updates_total{kind=\"expire\"}").unwrap_or(0.0)
+    };
+    let before = updates(&scrape(port));
+    cfctl.ok(&[
+        "import",
+        list.to_str().expect("a UTF-8 path"),
+        "--timeout",
+        "5s",
+    ]);
+    let program = aya::programs::Xdp::from_pin(
+        cfctl.pin_dir().join("program"),
+        aya_obj::programs::XdpAttachType::Interface,
+    )
+    .expect("the pinned program");
+    let fd = program.fd().expect("the program's fd");
+    let action = |source: std::net::IpAddr| {
+        let frame = common::udp_frame(source, common::Tags::None);
+        run_xdp(fd.as_fd(), &frame, 1)
+            .expect("BPF_PROG_TEST_RUN")
+            .action
+    };
+    let (first, last) = (hosts[0].into(), hosts[99_999].into());
+    assert_eq!(action(first), XdpAction::Drop, "the imported listing");
+    let (mut probes, mut misses) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while action(first) == XdpAction::Drop {
+        assert!(Instant::now() < deadline, "gave up waiting for the expiry");
+        for _ in 0..100 {
+            probes += 1;
+            misses += u64::from(action(network.v4(3)) != XdpAction::Drop);
+        }
+    }
+    assert_eq!(
+        action(last),
+        XdpAction::Pass,
+        "the whole batch ended together"
+    );
+    assert!(probes > 0);
+    assert_eq!(
+        misses, 0,
+        "{misses} of {probes} probes of the permanent entry passed"
+    );
+    // The agent counts the update after applying it.
+    wait_for("the expiry's update to be counted", || {
+        updates(&scrape(port)) > before
+    });
+    assert_eq!(
+        updates(&scrape(port)),
+        before + 1.0,
+        "one update for 10^5 expiries"
+    );
+    assert_eq!(cfctl.json(&["status"])["entries"], 1);
+}
+
+#[test]
+fn metrics_are_served_and_parse() {
+    let (network, cfctl) = attached(143, "agent-metrics", "1000", "skb");
+    let server = FeedServer::start(Answer::List(format!(
+        "{}\n{}\n",
+        network.v4(3),
+        network.v6(3)
+    )));
+    let port = free_port();
+    let config = feed_config("m", &server.url(), "")
+        .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""));
+    let _agent = Agent::start(&cfctl, &config);
+    wait_for("the feed", || listed(&cfctl, &network.v4(3).to_string()));
+    check_traffic(&network, true);
+    let samples = scrape(port);
+    for (name, at_least) in [
+        ("cfctl_entries{list=\"blocklist\",source=\"feed:m\"}", 1.0),
+        (
+            "cfctl_feed_refreshes_total{feed=\"m\",result=\"updated\"}",
+            1.0,
+        ),
+        ("cfctl_feed_up{feed=\"m\"}", 1.0),
+        (
+            "cfctl_packets_total{outcome=\"dropped\",family=\"ipv4\"}",
+            1.0,
+        ),
+        ("cfctl_filter_fingerprints", 1.0),
+        ("cfctl_updates_total{kind=\"feed\"}", 1.0),
+    ] {
+        let value = sample(&samples, name).unwrap_or_else(|| panic!("no sample {name}"));
+        assert!(value >= at_least, "{name} = {value}");
+    }
+    assert!(sample(&samples, "cfctl_agent_start_time_seconds").is_some());
+}
+
+#[test]
+fn a_killed_agent_leaves_the_store_before_or_after_a_refresh_and_finishes_it() {
+    let (_network, cfctl) = attached(144, "agent-kill", "400000", "skb");
+    let big: String = (0..100_000u32)
+        .map(|n| format!("{}\n", std::net::Ipv4Addr::from(0xc613_0000 + n)))
+        .collect();
+    let server = FeedServer::start(Answer::List(big));
+    let config = feed_config("k", &server.url(), "");
+    for delay_ms in [0, 150, 300, 600] {
+        let agent = Agent::start(&cfctl, &config);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        drop(agent);
+        let entries = cfctl.json(&["status"])["entries"].as_u64();
+        assert!(
+            entries == Some(0) || entries == Some(100_000),
+            "after a kill at {delay_ms} ms the store holds {entries:?} entries"
+        );
+        cfctl.ok(&["verify"]);
+    }
+    let _agent = Agent::start(&cfctl, &config);
+    wait_for("the refresh to complete", || {
+        cfctl.json(&["status"])["entries"].as_u64() == Some(100_000)
+    });
+    cfctl.ok(&["verify"]);
+}
+
+#[test]
+fn every_bad_configuration_line_is_one_clear_error() {
+    let cfctl = Cfctl::new("agent-config");
+    let dir = tempfile::tempdir().expect("a directory for configurations");
+    let feed = "[[feed]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/x\"\nrefresh = \"1m\"\n";
+    for (text, line, expected) in [
+        ("[metrics]\nlisten = \"nowhere\"\n", 2, "is not an address"),
+        (
+            "[[feed]]\nname = \"a\"\nrefresh = \"1m\"\n",
+            1,
+            "needs a url or a path",
+        ),
+        (
+            &format!("{feed}format = \"csv\"\n"),
+            5,
+            "unknown list format 'csv'",
+        ),
+        (
+            &format!("{feed}list = \"greylist\"\n"),
+            5,
+            "neither blocklist nor allowlist",
+        ),
+        (&feed.replace("1m", "soon"), 4, "is not a duration"),
+        (&feed.replace("1m", "10ms"), 4, "is shorter than 1s"),
+        (
+            &feed.replace("http://", "ftp://"),
+            3,
+            "is not http:// or https://",
+        ),
+        (&format!("{feed}{feed}"), 6, "a second feed named 'a'"),
+        (
+            &format!("{feed}colour = \"red\"\n"),
+            5,
+            "unknown field `colour`",
+        ),
+        (
+            &format!("{feed}max_bytes = 0\n"),
+            5,
+            "max_bytes must be at least 1",
+        ),
+        ("[[feed]\n", 1, ""),
+        // Found by fuzzing: a value's control characters are escaped, so
+        // the error stays one line (and cfctl escapes the escape's
+        // backslash again as it prints any message).
+        (
+            &feed.replace("name = \"a\"", "name = \"a\\nb\""),
+            2,
+            r"feed name 'a\\u{a}b'",
+        ),
+    ] {
+        let file = dir.path().join("agent.toml");
+        std::fs::write(&file, text).expect("writing a configuration");
+        let path = file.to_str().expect("a UTF-8 path");
+        let line_text = cfctl.fails(&["agent", "--check-config", "--config", path]);
+        assert!(
+            line_text.starts_with(&format!("cfctl: {path}:{line}: "))
+                && line_text.contains(expected),
+            "{text:?}: {line_text}"
+        );
+    }
+}
+
+/// The files in `userspace/dist/`: both systemd units pass
+/// `systemd-analyze verify` (pointed at the cfctl under test) and keep an
+/// exposure level of at most 3.0 in `systemd-analyze security` (OK in its
+/// scale, where an unsandboxed service scores 9.6), and the example agent
+/// configuration passes `cfctl agent --check-config`.
+#[test]
+fn the_shipped_service_units_verify_and_the_example_configuration_checks() {
+    let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("dist");
+    let units = tempfile::tempdir().expect("a directory for the units");
+    let cfctl_binary = env!("CARGO_BIN_EXE_cfctl");
+    for unit in ["cfctl-agent.service", "cfctl-attach@.service"] {
+        let text = std::fs::read_to_string(dist.join(unit)).expect("reading a unit");
+        assert!(text.contains("ExecStart=/usr/local/bin/cfctl "), "{unit}");
+        let copy = units.path().join(unit);
+        std::fs::write(&copy, text.replace("/usr/local/bin/cfctl", cfctl_binary))
+            .expect("writing a unit");
+        for check in [
+            vec!["verify".to_owned()],
+            vec![
+                "security".to_owned(),
+                "--offline=yes".to_owned(),
+                "--threshold=30".to_owned(), // tenths: 3.0
+            ],
+        ] {
+            let output = std::process::Command::new("systemd-analyze")
+                .args(&check)
+                .arg(&copy)
+                .current_dir(units.path())
+                .output()
+                .expect("running systemd-analyze (Debian package systemd)");
+            assert!(
+                output.status.success() && output.stderr.is_empty(),
+                "systemd-analyze {} {unit}: {}",
+                check.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    let cfctl = Cfctl::new("agent-dist");
+    let example = dist.join("agent.toml");
+    let summary = cfctl.ok(&[
+        "agent",
+        "--check-config",
+        "--config",
+        example.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(summary.contains("firehol_level1"), "{summary}");
+}
