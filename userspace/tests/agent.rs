@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::agent::{free_port, listed, wait_for, Agent};
 use common::cfctl::{attached, Cfctl};
 use common::netns::check_traffic;
 
@@ -116,84 +116,6 @@ impl Drop for FeedServer {
             let _ = thread.join();
         }
     }
-}
-
-/// A port on 127.0.0.1 that nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// `cfctl agent` running for `cfctl`'s directories, killed by PID on drop.
-struct Agent {
-    child: Child,
-    config: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(cfctl: &Cfctl, config: &str) -> Self {
-        let dir = tempfile::tempdir().expect("a directory for the agent");
-        let file = dir.path().join("agent.toml");
-        std::fs::write(&file, config).expect("writing the configuration");
-        let log = dir.path().join("agent.log");
-        let child = cfctl
-            .command(&["agent", "--config", file.to_str().expect("a UTF-8 path")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("a log file"))
-            .spawn()
-            .expect("starting cfctl agent");
-        Self {
-            child,
-            config: file,
-            log,
-            _dir: dir,
-        }
-    }
-
-    /// Rewrites the configuration and sends SIGHUP.
-    fn reload(&self, config: &str) {
-        std::fs::write(&self.config, config).expect("writing the configuration");
-        self.signal(libc::SIGHUP);
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on the PID of a child this test started.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        self.signal(libc::SIGTERM);
-        self.child.wait().expect("waiting for the agent")
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits for `condition`, failing with `what` after a minute.
-fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !condition() {
-        assert!(Instant::now() < deadline, "gave up waiting: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn listed(cfctl: &Cfctl, address: &str) -> bool {
-    cfctl.run(&["check", "--quiet", address]).status.code() == Some(0)
 }
 
 /// A feed's state in `cfctl status --json`.

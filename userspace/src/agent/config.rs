@@ -16,6 +16,20 @@
 //! max_bytes = 67108864           # a larger body fails the refresh
 //! max_entries = 4000000          # so does a list with more entries
 //! # path = "/srv/lists/local.txt"  # instead of url: a local file
+//!
+//! [crowdsec]                     # follow a CrowdSec Local API (at most one)
+//! url = "http://127.0.0.1:8080"  # its entries belong to source crowdsec
+//! api_key_file = "/etc/cfctl/crowdsec.key"  # or api_key_env = "VAR"; never inline
+//! pull = "10s"                   # at least 1 s
+//! scopes = ["Ip", "Range"]       # the default (and all that is understood)
+//! types = ["ban"]                # the default
+//! origins = []                   # only these origins (empty: all)
+//! exclude_origins = []           # never these
+//! scenarios = []                 # only these scenarios (empty: all)
+//! exclude_scenarios = []         # never these
+//! ca_file = "/etc/cfctl/lapi-ca.pem"  # extra trusted roots for https://
+//! timeout = "30s"                # per request
+//! max_bytes = 67108864           # a larger answer is refused
 //! ```
 
 use std::collections::HashSet;
@@ -59,6 +73,52 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// The feeds, in file order.
     pub feeds: Vec<FeedConfig>,
+    /// The CrowdSec Local API followed, if one is.
+    pub crowdsec: Option<CrowdsecConfig>,
+}
+
+/// The scopes a CrowdSec decision may have that the agent understands.
+pub const CROWDSEC_SCOPES: [&str; 2] = ["Ip", "Range"];
+/// The shortest pull interval.
+pub const MIN_PULL: Duration = Duration::from_secs(1);
+
+/// A bouncer's API key; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(pub String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("ApiKey(..)")
+    }
+}
+
+/// The CrowdSec Local API the agent follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrowdsecConfig {
+    /// Its base URL, without a trailing `/`.
+    pub url: String,
+    /// The bouncer's key, read from a file or the environment.
+    pub api_key: ApiKey,
+    /// How often it is asked for changes.
+    pub pull: Duration,
+    /// The decision scopes taken (a subset of [`CROWDSEC_SCOPES`]).
+    pub scopes: Vec<String>,
+    /// The decision types taken.
+    pub types: Vec<String>,
+    /// Only decisions of these origins (empty: every origin).
+    pub origins: Vec<String>,
+    /// Never decisions of these origins.
+    pub exclude_origins: Vec<String>,
+    /// Only decisions of these scenarios (empty: every scenario).
+    pub scenarios: Vec<String>,
+    /// Never decisions of these scenarios.
+    pub exclude_scenarios: Vec<String>,
+    /// Extra trusted root certificates (PEM) for an `https://` URL.
+    pub ca_file: Option<PathBuf>,
+    /// How long one request may take.
+    pub timeout: Duration,
+    /// The largest answer taken.
+    pub max_bytes: u64,
 }
 
 /// Where a feed's list comes from.
@@ -106,6 +166,30 @@ struct File {
     metrics: Option<Spanned<MetricsSection>>,
     #[serde(default)]
     feed: Vec<Spanned<FeedSection>>,
+    #[serde(default)]
+    crowdsec: Option<Spanned<CrowdsecSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CrowdsecSection {
+    url: Spanned<String>,
+    api_key_file: Option<Spanned<PathBuf>>,
+    api_key_env: Option<Spanned<String>>,
+    pull: Option<Spanned<String>>,
+    scopes: Option<Spanned<Vec<String>>>,
+    types: Option<Vec<String>>,
+    #[serde(default)]
+    origins: Vec<String>,
+    #[serde(default)]
+    exclude_origins: Vec<String>,
+    #[serde(default)]
+    scenarios: Vec<String>,
+    #[serde(default)]
+    exclude_scenarios: Vec<String>,
+    ca_file: Option<PathBuf>,
+    timeout: Option<Spanned<String>>,
+    max_bytes: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -182,7 +266,18 @@ impl Config {
             }
             feeds.push(check_feed(feed, span, &at)?);
         }
-        Ok(Self { metrics, feeds })
+        let crowdsec = match parsed.crowdsec {
+            None => None,
+            Some(section) => {
+                let span = section.span();
+                Some(check_crowdsec(section.into_inner(), span, &at)?)
+            }
+        };
+        Ok(Self {
+            metrics,
+            feeds,
+            crowdsec,
+        })
     }
 }
 
@@ -229,26 +324,8 @@ fn check_feed(
         (None, None) => return Err(at(span, within("needs a url or a path"))),
     };
     let duration = |value: &Spanned<String>, key: &str, min: Duration| {
-        let parsed = humantime::parse_duration(value.get_ref()).map_err(|error| {
-            at(
-                value.span(),
-                within(&format!(
-                    "{key} '{}' is not a duration like 30s or 1h: {error}",
-                    excerpt(value.get_ref())
-                )),
-            )
-        })?;
-        if parsed < min {
-            return Err(at(
-                value.span(),
-                within(&format!(
-                    "{key} '{}' is shorter than {}",
-                    excerpt(value.get_ref()),
-                    humantime::format_duration(min)
-                )),
-            ));
-        }
-        Ok(parsed)
+        parse_duration(value, min)
+            .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
     };
     let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
     let timeout = match &feed.timeout {
@@ -282,15 +359,13 @@ fn check_feed(
             ))
         }
     };
-    let positive = |value: Option<&Spanned<u64>>, key: &str, default: u64| match value {
-        Some(value) if *value.get_ref() == 0 => Err(at(
-            value.span(),
-            within(&format!("{key} must be at least 1")),
-        )),
-        Some(value) => Ok(*value.get_ref()),
-        None => Ok(default),
+    let max_bytes = match &feed.max_bytes {
+        Some(value) if *value.get_ref() == 0 => {
+            return Err(at(value.span(), within("max_bytes must be at least 1")))
+        }
+        Some(value) => *value.get_ref(),
+        None => DEFAULT_MAX_BYTES,
     };
-    let max_bytes = positive(feed.max_bytes.as_ref(), "max_bytes", DEFAULT_MAX_BYTES)?;
     let max_entries = match &feed.max_entries {
         Some(value) if *value.get_ref() == 0 => {
             return Err(at(value.span(), within("max_entries must be at least 1")))
@@ -308,6 +383,140 @@ fn check_feed(
         max_bytes,
         max_entries,
     })
+}
+
+/// Checks the `[crowdsec]` section.
+fn check_crowdsec(
+    section: CrowdsecSection,
+    span: Range<usize>,
+    at: &impl Fn(Range<usize>, String) -> ConfigError,
+) -> Result<CrowdsecConfig, ConfigError> {
+    let within = |what: &str| format!("crowdsec: {what}");
+    let url = section.url.get_ref().trim_end_matches('/').to_owned();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(at(
+            section.url.span(),
+            within(&format!(
+                "url '{}' is not http:// or https://",
+                excerpt(&url)
+            )),
+        ));
+    }
+    let api_key = match (&section.api_key_file, &section.api_key_env) {
+        (Some(file), None) => std::fs::read_to_string(file.get_ref())
+            .map_err(|error| {
+                let file_name = file.get_ref().display().to_string();
+                at(
+                    file.span(),
+                    within(&format!(
+                        "cannot read api_key_file {}: {error}",
+                        excerpt(&file_name)
+                    )),
+                )
+            })?
+            .trim()
+            .to_owned(),
+        (None, Some(variable)) => std::env::var(variable.get_ref()).map_err(|_| {
+            at(
+                variable.span(),
+                within(&format!(
+                    "api_key_env: the environment has no variable {}",
+                    excerpt(variable.get_ref())
+                )),
+            )
+        })?,
+        (Some(file), Some(_)) => {
+            return Err(at(
+                file.span(),
+                within("give either api_key_file or api_key_env, not both"),
+            ))
+        }
+        (None, None) => {
+            return Err(at(
+                span,
+                within("needs api_key_file or api_key_env (the key is never written inline)"),
+            ))
+        }
+    };
+    if api_key.is_empty() || api_key.chars().any(|c| c.is_ascii_control() || c == ' ') {
+        let key_span = section
+            .api_key_file
+            .as_ref()
+            .map_or_else(|| span.clone(), Spanned::span);
+        return Err(at(
+            key_span,
+            within("the API key is empty or holds spaces or control characters"),
+        ));
+    }
+    let duration =
+        |value: &Option<Spanned<String>>, key: &str, min: Duration, default: Duration| {
+            value.as_ref().map_or(Ok(default), |value| {
+                parse_duration(value, min)
+                    .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
+            })
+        };
+    let pull = duration(&section.pull, "pull", MIN_PULL, Duration::from_secs(10))?;
+    let timeout = duration(
+        &section.timeout,
+        "timeout",
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )?;
+    let scopes = match section.scopes {
+        None => CROWDSEC_SCOPES.map(str::to_owned).to_vec(),
+        Some(scopes) => {
+            if let Some(unknown) = scopes
+                .get_ref()
+                .iter()
+                .find(|scope| !CROWDSEC_SCOPES.contains(&scope.as_str()))
+            {
+                return Err(at(
+                    scopes.span(),
+                    within(&format!(
+                        "scope '{}' is not one of Ip, Range",
+                        excerpt(unknown)
+                    )),
+                ));
+            }
+            scopes.into_inner()
+        }
+    };
+    let max_bytes = match &section.max_bytes {
+        Some(value) if *value.get_ref() == 0 => {
+            return Err(at(value.span(), within("max_bytes must be at least 1")))
+        }
+        Some(value) => *value.get_ref(),
+        None => DEFAULT_MAX_BYTES,
+    };
+    Ok(CrowdsecConfig {
+        url,
+        api_key: ApiKey(api_key),
+        pull,
+        scopes,
+        types: section.types.unwrap_or_else(|| vec!["ban".to_owned()]),
+        origins: section.origins,
+        exclude_origins: section.exclude_origins,
+        scenarios: section.scenarios,
+        exclude_scenarios: section.exclude_scenarios,
+        ca_file: section.ca_file,
+        timeout,
+        max_bytes,
+    })
+}
+
+/// A duration like `30s` or `1h`, at least `min`; or why not (a phrase
+/// that follows the key's name).
+fn parse_duration(value: &Spanned<String>, min: Duration) -> Result<Duration, String> {
+    let text = excerpt(value.get_ref());
+    let parsed = humantime::parse_duration(value.get_ref())
+        .map_err(|error| format!("'{text}' is not a duration like 30s or 1h: {error}"))?;
+    if parsed < min {
+        return Err(format!(
+            "'{text}' is shorter than {}",
+            humantime::format_duration(min)
+        ));
+    }
+    Ok(parsed)
 }
 
 /// A listen address: `HOST:PORT` with a literal IP.

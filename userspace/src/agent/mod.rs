@@ -10,6 +10,12 @@
 //! * **expiry**: listings whose time has come end in one batched change
 //!   per list; the agent sleeps until the next expiry, and at most
 //!   [`MAX_IDLE`] at a time, so one a command adds is seen in time;
+//! * **a CrowdSec Local API** ([`crowdsec`]), pulled when due (network
+//!   I/O outside any lock): its decisions become entries of source
+//!   `crowdsec` through [`Change::Add`], [`Change::Delete`] and, for a
+//!   whole list, [`Change::Replace`]; while it cannot be reached, the
+//!   entries stay and pulls back off exponentially (with jitter) up to
+//!   [`MAX_BACKOFF`];
 //! * **metrics** ([`metrics`]): a Prometheus text endpoint.
 //!
 //! Between changes the agent holds no lock: each pass opens the store,
@@ -19,6 +25,7 @@
 //! after the pass in progress, leaving the XDP attachment in place.
 
 pub mod config;
+pub mod crowdsec;
 pub mod feed;
 pub mod metrics;
 
@@ -29,14 +36,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::control::{Change, Control, ControlError, NoProgress, StoreUse};
-use crate::store::{AgentState, FeedState, NewEntry};
-use config::{Config, ConfigError, FeedConfig};
+use crate::store::{AgentState, FeedState, ListKind, NewEntry};
+use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
 use metrics::Metrics;
 
 /// The longest the agent sleeps between passes: a listing that a command
 /// adds while it sleeps expires at most this late.
 pub const MAX_IDLE: Duration = Duration::from_millis(500);
+/// The longest wait between pulls of an unreachable CrowdSec LAPI.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// How the agent runs.
 #[derive(Clone, Debug)]
@@ -143,6 +152,7 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         options: options.clone(),
         metrics,
         due: HashMap::new(),
+        lapi: Lapi::default(),
     };
     agent.record_state(&config)?;
     tracing::info!(feeds = config.feeds.len(), metrics = ?config.metrics, "agent started");
@@ -175,6 +185,34 @@ struct Agent {
     metrics: Arc<Metrics>,
     /// When each feed is next due.
     due: HashMap<String, Instant>,
+    /// How the CrowdSec LAPI is followed.
+    lapi: Lapi,
+}
+
+/// What the agent keeps in memory about the CrowdSec LAPI it follows.
+#[derive(Default)]
+struct Lapi {
+    /// When it is next pulled (now, if never).
+    due: Option<Instant>,
+    /// Pulls failed in a row.
+    failures: u32,
+    /// Ignored-decision reasons already logged.
+    logged: std::collections::HashSet<String>,
+}
+
+impl Lapi {
+    /// The wait after `failures` failed pulls in a row: the interval,
+    /// doubled per failure up to [`MAX_BACKOFF`], then shortened by a
+    /// random part of up to a half so a fleet does not retry in step.
+    fn wait(&self, pull: Duration) -> Duration {
+        if self.failures == 0 {
+            return pull;
+        }
+        let doubled = pull.saturating_mul(1 << self.failures.min(16));
+        let wait = doubled.min(MAX_BACKOFF.max(pull));
+        let jitter = (crate::filter::random_seed() % 1000) as f64 / 2000.0;
+        wait.mul_f64(1.0 - jitter)
+    }
 }
 
 impl Agent {
@@ -194,6 +232,9 @@ impl Agent {
                 tracing::info!(feeds = new.feeds.len(), "configuration reloaded");
                 self.due
                     .retain(|name, _| new.feeds.iter().any(|feed| &feed.name == name));
+                if new.crowdsec != old.crowdsec {
+                    self.lapi = Lapi::default();
+                }
                 if let Err(error) = self.record_state(&new) {
                     tracing::warn!(%error, "cannot record the agent's state");
                 }
@@ -236,6 +277,13 @@ impl Agent {
             let mut state = states.get(&fetch.feed.name).cloned().unwrap_or_default();
             self.apply(&mut control, fetch, &mut state)?;
         }
+        drop(control);
+        if let Some(lapi) = &config.crowdsec {
+            if self.lapi.due.is_none_or(|at| at <= Instant::now()) {
+                self.follow(lapi)?;
+            }
+        }
+        let control = self.open()?;
         self.metrics.observe_store(control.store())?;
         let next_expiry = control.store().next_expiry()?;
         drop(control);
@@ -244,7 +292,121 @@ impl Agent {
             let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
             next = next.min(Instant::now() + wait);
         }
+        let next = self.lapi.due.map_or(next, |at| next.min(at));
         Ok(self.due.values().fold(next, |next, &at| next.min(at)))
+    }
+
+    /// Pulls the CrowdSec LAPI once and applies its answer: the whole list
+    /// when the store holds no synced state for it, else the changes.
+    fn follow(&mut self, lapi: &CrowdsecConfig) -> Result<(), AgentError> {
+        let control = self.open()?;
+        let mut state = control.store().crowdsec_state(&lapi.url)?;
+        let startup = !state.as_ref().is_some_and(|state| state.synced);
+        let mut state = state.take().unwrap_or_default();
+        state.last_attempt = Some(unix_seconds(SystemTime::now()));
+        // Not synced until this pull's answer is applied: if the agent dies
+        // or the pull fails midway, the next pull asks for everything.
+        state.synced = false;
+        let mut txn = control.store().begin()?;
+        txn.set_crowdsec_state(&lapi.url, &state)?;
+        txn.commit()?;
+        drop(control);
+        let started = Instant::now();
+        let answer = crowdsec::pull(lapi, startup);
+        let took = started.elapsed();
+        let mut control = self.open()?;
+        let outcome = match answer {
+            Ok(answer) => {
+                let changes =
+                    crowdsec::take_answer(lapi, &mut state, &answer, startup, SystemTime::now());
+                self.apply_decisions(&mut control, &changes, answer.new.len(), took)
+                    .map(|()| state.synced = true)
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        match outcome {
+            Ok(()) => {
+                if self.lapi.failures > 0 {
+                    tracing::info!(url = %lapi.url, "the CrowdSec LAPI answers again");
+                }
+                self.lapi.failures = 0;
+                state.last_success = state.last_attempt;
+                state.last_error = None;
+            }
+            Err(error) => {
+                if self.lapi.failures == 0 || state.last_error.as_ref() != Some(&error) {
+                    tracing::error!(url = %lapi.url, %error, "CrowdSec pull failed; the entries stay as they are");
+                }
+                self.lapi.failures = self.lapi.failures.saturating_add(1);
+                state.last_error = Some(error);
+            }
+        }
+        let mut txn = control.store().begin()?;
+        txn.set_crowdsec_state(&lapi.url, &state)?;
+        txn.commit()?;
+        self.lapi.due = Some(Instant::now() + self.lapi.wait(lapi.pull));
+        Ok(())
+    }
+
+    /// Makes the source `crowdsec` follow `changes`.
+    fn apply_decisions(
+        &mut self,
+        control: &mut Control,
+        changes: &crowdsec::Changes,
+        received: usize,
+        pull_took: Duration,
+    ) -> Result<(), String> {
+        for reason in &changes.ignored {
+            if self.lapi.logged.insert(reason.clone()) {
+                tracing::warn!(%reason, "CrowdSec decisions ignored (logged once)");
+            }
+        }
+        let started = Instant::now();
+        let entries = changes.entries();
+        let mut apply = |change| {
+            control
+                .change(ListKind::Blocklist, change, &NoProgress)
+                .map_err(|error| error.to_string())
+        };
+        let (added, deleted) = if changes.replace {
+            let report = apply(Change::Replace {
+                source: crowdsec::SOURCE,
+                entries: &entries,
+            })?;
+            (report.added, report.deleted)
+        } else {
+            let mut counts = (0, 0);
+            if !entries.is_empty() {
+                let report = apply(Change::Add {
+                    source: crowdsec::SOURCE,
+                    entries: &entries,
+                })?;
+                counts.0 = report.added;
+            }
+            if !changes.unlisted.is_empty() {
+                let report = apply(Change::Delete {
+                    source: Some(crowdsec::SOURCE),
+                    nets: &changes.unlisted,
+                })?;
+                counts.1 = report.deleted;
+            }
+            counts
+        };
+        let took = started.elapsed();
+        if changes.replace || added > 0 || deleted > 0 {
+            self.metrics.update("crowdsec", took);
+            tracing::info!(
+                startup = changes.replace,
+                received,
+                listed = entries.len(),
+                added,
+                deleted,
+                pull_seconds = pull_took.as_secs_f64(),
+                apply_seconds = took.as_secs_f64(),
+                "CrowdSec decisions applied"
+            );
+        }
+        Ok(())
     }
 
     /// Ends the expired listings.

@@ -75,8 +75,8 @@ use ipnet::IpNet;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable};
 
 pub use records::{
-    AddReport, AgentState, DeleteReport, Entry, ExpireReport, FeedState, FilterSettings,
-    Membership, NewEntry, ReplaceReport,
+    AddReport, AgentState, CrowdsecDecision, CrowdsecState, DecisionCounts, DeleteReport, Entry,
+    ExpireReport, FeedState, FilterSettings, Membership, NewEntry, ReplaceReport,
 };
 use schema::{
     decode_expiry, decode_net, encode_net, memberships_of, v1, MemberKey, MemberValue, NetBytes,
@@ -548,6 +548,16 @@ impl Store {
         serde_json::from_str(&json)
             .map(Some)
             .map_err(|error| self.corrupt(format!("agent state: {error}")))
+    }
+
+    /// The agent's state of the CrowdSec Local API at `url`, if it has one.
+    pub fn crowdsec_state(&self, url: &str) -> Result<Option<CrowdsecState>, StoreError> {
+        let Some(json) = self.setting_text(&schema::crowdsec_state_key(url))? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|error| self.corrupt(format!("state of CrowdSec LAPI {url}: {error}")))
     }
 
     fn setting_text(&self, key: &str) -> Result<Option<String>, StoreError> {

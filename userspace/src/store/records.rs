@@ -90,6 +90,55 @@ pub struct FeedState {
     pub failed: u64,
 }
 
+/// What the agent remembers of a CrowdSec Local API between pulls.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CrowdsecState {
+    /// The last pull's changes are all applied: the next pull may ask
+    /// for changes only. False from the moment a pull is sent until its
+    /// answer is applied, so a pull that fails or an agent that dies
+    /// midway makes the next pull ask for the whole list again.
+    pub synced: bool,
+    /// The decisions taken and still live, by decision id.
+    pub decisions: std::collections::BTreeMap<u64, CrowdsecDecision>,
+    /// When a pull was last tried, Unix seconds.
+    pub last_attempt: Option<u64>,
+    /// When a pull last succeeded.
+    pub last_success: Option<u64>,
+    /// Why the last pull failed, if it did.
+    pub last_error: Option<String>,
+    /// Decisions by origin: received, applied, ignored, expired.
+    pub counts: std::collections::BTreeMap<String, DecisionCounts>,
+}
+
+/// One decision the agent took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrowdsecDecision {
+    /// Its network.
+    pub net: IpNet,
+    /// When it ends, Unix seconds.
+    pub expires: u64,
+    /// Its origin (`cscli`, `crowdsec`, `CAPI`, ...).
+    pub origin: String,
+    /// Its scenario.
+    pub scenario: String,
+}
+
+/// How many decisions of one origin met each fate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DecisionCounts {
+    /// Listed as new in an answer.
+    pub received: u64,
+    /// Taken (their network listed by source `crowdsec`).
+    pub applied: u64,
+    /// Not taken: a scope, type, origin or scenario not followed, or a bad
+    /// value.
+    pub ignored: u64,
+    /// Ended by their duration before the LAPI said so.
+    pub expired: u64,
+}
+
 /// What the agent records of itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

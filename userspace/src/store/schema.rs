@@ -39,6 +39,11 @@ pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const FILTER_SETTINGS_KEY: &str = "filter";
 pub(super) const AGENT_STATE_KEY: &str = "agent";
 
+/// The settings key of the agent's state of the CrowdSec LAPI at `url`.
+pub(super) fn crowdsec_state_key(url: &str) -> String {
+    format!("crowdsec:{url}")
+}
+
 /// The tables of schema version 1 (one source per network), read once to
 /// migrate a store and then deleted.
 pub(super) mod v1 {

@@ -20,8 +20,8 @@ use super::schema::{
     FILTER_SETTINGS_KEY, SETTINGS, SOURCES,
 };
 use super::{
-    AddReport, AgentState, DeleteReport, ExpireReport, FeedState, FilterSettings, InStore,
-    ListKind, NewEntry, ReplaceReport, Store, StoreError,
+    AddReport, AgentState, CrowdsecState, DeleteReport, ExpireReport, FeedState, FilterSettings,
+    InStore, ListKind, NewEntry, ReplaceReport, Store, StoreError,
 };
 
 /// Source names and their ids, as in the `sources` table.
@@ -623,6 +623,19 @@ impl StoreTransaction<'_> {
         let json = serde_json::to_string(state)
             .map_err(|error| self.store.corrupt(format!("agent state: {error}")))?;
         self.put(SETTINGS, AGENT_STATE_KEY, &json)
+    }
+
+    /// Writes the state of the CrowdSec Local API at `url`.
+    pub fn set_crowdsec_state(
+        &mut self,
+        url: &str,
+        state: &CrowdsecState,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(state).map_err(|error| {
+            self.store
+                .corrupt(format!("state of CrowdSec LAPI {url}: {error}"))
+        })?;
+        self.put(SETTINGS, &super::schema::crowdsec_state_key(url), &json)
     }
 
     /// Writes the state of feed `name`.

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod agent;
 pub mod cfctl;
 pub mod netns;
 pub mod qemu;

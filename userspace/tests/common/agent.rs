@@ -1,0 +1,89 @@
+//! `cfctl agent` as a separate process for the agent tests: started with a
+//! configuration in a temp dir, its log kept, killed by PID on drop; and
+//! the polls those tests wait with (a deadline is a hang guard, never a
+//! measured time).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use super::cfctl::Cfctl;
+
+/// A port on 127.0.0.1 that nothing listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `cfctl agent` running for `cfctl`'s directories, killed by PID on drop.
+pub struct Agent {
+    pub child: Child,
+    config: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    pub fn start(cfctl: &Cfctl, config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a directory for the agent");
+        let file = dir.path().join("agent.toml");
+        std::fs::write(&file, config).expect("writing the configuration");
+        let log = dir.path().join("agent.log");
+        let child = cfctl
+            .command(&["agent", "--config", file.to_str().expect("a UTF-8 path")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("starting cfctl agent");
+        Self {
+            child,
+            config: file,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Rewrites the configuration and sends SIGHUP.
+    pub fn reload(&self, config: &str) {
+        std::fs::write(&self.config, config).expect("writing the configuration");
+        self.signal(libc::SIGHUP);
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the PID of a child this test started.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.child.wait().expect("waiting for the agent")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for `condition`, failing with `what` after a minute.
+pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !condition() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn listed(cfctl: &Cfctl, address: &str) -> bool {
+    cfctl.run(&["check", "--quiet", address]).status.code() == Some(0)
+}
