@@ -133,7 +133,7 @@ impl Drop for Lapi {
 }
 
 #[test]
-fn decisions_added_reach_the_traffic_once_per_network() {
+fn decisions_added_deleted_and_expiring_reach_the_traffic() {
     let lapi = Lapi::start();
     let (network, cfctl) = attached(150, "crowdsec-basic", "1000", "skb");
     let key = lapi.bouncer_key_file("basic");
@@ -154,9 +154,17 @@ fn decisions_added_reach_the_traffic_once_per_network() {
         "one entry per network: {entries}"
     );
 
-    // Not yet passing, so left out: deleting the decisions
-    // (`cscli decisions delete`) and a `--duration 3s` expiry do not reach
-    // the filter yet (see the branch's report).
+    lapi.cscli(&["decisions", "delete", "--ip", &v6]);
+    lapi.cscli(&["decisions", "delete", "--range", &format!("{v4}/32")]);
+    wait_for("both decisions gone", || {
+        !listed(&cfctl, &v4) && !listed(&cfctl, &v6)
+    });
+    check_traffic(&network, false);
+
+    let short = network.v4(9).to_string();
+    lapi.cscli(&["decisions", "add", "--ip", &short, "--duration", "3s"]);
+    wait_for("the short decision listed", || listed(&cfctl, &short));
+    wait_for("the short decision expired", || !listed(&cfctl, &short));
     assert!(
         !agent.log().contains("ERROR"),
         "the agent logged an error:\n{}",

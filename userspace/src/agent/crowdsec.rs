@@ -11,6 +11,9 @@
 //! * a network is listed by [`SOURCE`] exactly while at least one taken,
 //!   live decision names it; its expiry is the latest of theirs and its
 //!   comment names the decision that lasts longest (`origin/scenario #id`);
+//!   a decision the LAPI lists as deleted ends every decision taken for
+//!   its network before it ended (the LAPI lists a value as deleted, under
+//!   any one of its decisions' ids, only once nothing bans it any more);
 //! * a decision the agent does not follow (scope, type, origin, scenario,
 //!   or a value that is no address or network) is counted as ignored and
 //!   the rest of the answer is taken.
@@ -258,6 +261,11 @@ fn network(decision: &Decision) -> Result<IpNet, String> {
     }
 }
 
+fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
 fn unix_seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
@@ -308,9 +316,27 @@ pub fn take_answer(
     if startup {
         state.decisions.clear();
     }
+    // The LAPI sends, for each value, only its longest decision as new,
+    // and lists a value as deleted (under any of its decisions' ids) once
+    // no decision bans it any more, repeating that in the next few
+    // answers: a deleted decision ends every decision for its network
+    // taken before it ended (so a repeat spares a newer one).
+    let now_ms = unix_millis(now);
     for decision in &answer.deleted {
-        if let Some(taken) = state.decisions.remove(&decision.id) {
-            touched.insert(taken.net);
+        let Ok(net) = network(decision) else {
+            continue;
+        };
+        let ended_ms = decision
+            .duration
+            .strip_prefix('-')
+            .and_then(parse_go_duration)
+            .map_or(now_ms, |ago| now_ms.saturating_sub(ago.as_millis() as u64));
+        let before = state.decisions.len();
+        state
+            .decisions
+            .retain(|_, taken| taken.net != net || taken.taken_ms > ended_ms);
+        if state.decisions.len() != before {
+            touched.insert(net);
         }
     }
     for decision in &answer.new {
@@ -339,6 +365,7 @@ pub fn take_answer(
                         expires: unix_seconds(now + left),
                         origin: decision.origin.clone(),
                         scenario: decision.scenario.clone(),
+                        taken_ms: now_ms,
                     },
                 );
             }
@@ -483,22 +510,33 @@ mod tests {
         let cscli = state.counts["cscli"];
         assert_eq!((cscli.received, cscli.applied, cscli.ignored), (5, 3, 2));
 
-        // Deleting one of two decisions keeps the network, with the
-        // remaining one's expiry; deleting the other ends it.
-        let delete = |id| Answer {
+        // A value listed as deleted under another of its decisions' ids
+        // ends it (the LAPI names one decision per value).
+        let delete_ago = |id, ago| Answer {
             new: vec![],
-            deleted: vec![decision(id, "Ip", "198.18.0.1", "-1s")],
+            deleted: vec![decision(id, "Ip", "198.18.0.1", ago)],
         };
-        let changes = take_answer(&config, &mut state, &delete(2), false, now);
-        assert_eq!(changes.listed.len(), 1);
-        assert_eq!(unix_seconds(changes.listed[0].1), 1_003_600);
-        assert!(changes.unlisted.is_empty());
-        let changes = take_answer(&config, &mut state, &delete(1), false, now);
+        let delete = |id| delete_ago(id, "-1s");
+        let deleted_at = now + Duration::from_secs(2);
+        let changes = take_answer(&config, &mut state, &delete(7), false, deleted_at);
         assert!(changes.listed.is_empty());
         assert_eq!(changes.unlisted, [net]);
+        assert!(state.decisions.values().all(|taken| taken.net != net));
         // A deletion repeated by the LAPI changes nothing.
-        let changes = take_answer(&config, &mut state, &delete(1), false, now);
+        let changes = take_answer(&config, &mut state, &delete(1), false, deleted_at);
         assert!(changes.listed.is_empty() && changes.unlisted.is_empty());
+        // A repeated deletion spares a decision taken after it.
+        let later_ban = Answer {
+            new: vec![decision(8, "Ip", "198.18.0.1", "1h")],
+            deleted: vec![],
+        };
+        take_answer(&config, &mut state, &later_ban, false, deleted_at);
+        let repeat_at = deleted_at + Duration::from_secs(1);
+        // (the LAPI repeats it with the time since it ended)
+        let changes = take_answer(&config, &mut state, &delete_ago(7, "-2s"), false, repeat_at);
+        assert!(changes.unlisted.is_empty(), "{changes:?}");
+        assert!(state.decisions.contains_key(&8));
+        state.decisions.remove(&8);
 
         // A decision that outlives its duration ends without the LAPI.
         let later = now + Duration::from_secs(3600);

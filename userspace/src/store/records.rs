@@ -122,6 +122,9 @@ pub struct CrowdsecDecision {
     pub origin: String,
     /// Its scenario.
     pub scenario: String,
+    /// When the agent took it, Unix milliseconds.
+    #[serde(default)]
+    pub taken_ms: u64,
 }
 
 /// How many decisions of one origin met each fate.
