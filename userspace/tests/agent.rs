@@ -460,6 +460,41 @@ fn every_bad_configuration_line_is_one_clear_error() {
             "max_bytes must be at least 1",
         ),
         ("[[feed]\n", 1, ""),
+        (
+            "[crowdsec]\nurl = \"http://127.0.0.1:1\"\n",
+            1,
+            "needs api_key_file or api_key_env",
+        ),
+        (
+            "[crowdsec]\nurl = \"ftp://x\"\napi_key_env = \"PATH\"\n",
+            2,
+            "crowdsec: url 'ftp://x' is not http:// or https://",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"CFCTL_NO_SUCH_VARIABLE\"\n",
+            3,
+            "the environment has no variable CFCTL_NO_SUCH_VARIABLE",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_file = \"/nonexistent/key\"\n",
+            3,
+            "cannot read api_key_file /nonexistent/key",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\npull = \"100ms\"\n",
+            4,
+            "crowdsec: pull '100ms' is shorter than 1s",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\nscopes = [\"Ip\", \"Country\"]\n",
+            4,
+            "scope 'Country' is not one of Ip, Range",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\napi_key = \"k\"\n",
+            4,
+            "unknown field `api_key`",
+        ),
         // Found by fuzzing: a value's control characters are escaped, so
         // the error stays one line (and cfctl escapes the escape's
         // backslash again as it prints any message).

@@ -41,6 +41,18 @@ fn cscli(config: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
+/// Starts the LAPI alone (`-no-cs`) with `config`, logging into `dir`.
+fn serve(config: &Path, dir: &Path) -> Child {
+    Command::new(crowdsec_bin("crowdsec"))
+        .arg("-c")
+        .arg(config)
+        .arg("-no-cs")
+        .stdout(std::fs::File::create(dir.join("lapi.log")).expect("a log"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the LAPI")
+}
+
 /// A CrowdSec LAPI of its own, killed by PID on drop.
 struct Lapi {
     child: Child,
@@ -82,25 +94,32 @@ impl Lapi {
             &config,
             &["machines", "add", "test", "--auto", "--force", "-f", creds],
         );
-        let child = Command::new(crowdsec_bin("crowdsec"))
-            .arg("-c")
-            .arg(&config)
-            .arg("-no-cs")
-            .stdout(std::fs::File::create(root.join("lapi.log")).expect("a log"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the LAPI");
-        let address = format!("127.0.0.1:{port}");
+        let child = serve(&config, root);
         let lapi = Self {
             child,
             config,
-            url: format!("http://{address}"),
+            url: format!("http://127.0.0.1:{port}"),
             dir,
         };
-        wait_for("the LAPI to listen", || {
-            std::net::TcpStream::connect(&address).is_ok()
-        });
+        lapi.wait_listening();
         lapi
+    }
+
+    fn wait_listening(&self) {
+        let address = self.url.trim_start_matches("http://");
+        wait_for("the LAPI to listen", || {
+            std::net::TcpStream::connect(address).is_ok()
+        });
+    }
+
+    /// Kills the LAPI (by PID) and starts it again on the same port and
+    /// database once `while_down` has run.
+    fn restart_after(&mut self, while_down: impl FnOnce()) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        while_down();
+        self.child = serve(&self.config, self.dir.path());
+        self.wait_listening();
     }
 
     /// Runs cscli against this LAPI; its standard output.
@@ -170,4 +189,53 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
         "the agent logged an error:\n{}",
         agent.log()
     );
+}
+
+#[test]
+fn a_lapi_outage_and_an_agent_killed_lose_nothing() {
+    let mut lapi = Lapi::start();
+    let (network, cfctl) = attached(151, "crowdsec-outage", "1000", "skb");
+    let key = lapi.bouncer_key_file("outage");
+    let config = lapi.agent_config(&key);
+    let agent = Agent::start(&cfctl, &config);
+    let (v4, v6) = (network.v4(3).to_string(), network.v6(3).to_string());
+    lapi.cscli(&["decisions", "add", "--ip", &v4]);
+    wait_for("the first decision", || listed(&cfctl, &v4));
+
+    // The LAPI goes away: the agent keeps enforcing and says so, once.
+    lapi.restart_after(|| {
+        wait_for("the agent to notice", || {
+            agent.log().contains("CrowdSec pull failed")
+        });
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        assert!(
+            listed(&cfctl, &v4),
+            "the entry stays while the LAPI is down"
+        );
+        assert_eq!(
+            agent.log().matches("CrowdSec pull failed").count(),
+            1,
+            "one line per outage:\n{}",
+            agent.log()
+        );
+    });
+    lapi.cscli(&["decisions", "add", "--ip", &v6]);
+    wait_for("the decision added after the outage", || {
+        listed(&cfctl, &v6)
+    });
+    assert!(agent.log().contains("the CrowdSec LAPI answers again"));
+    check_traffic(&network, true);
+
+    // The agent dies without warning; meanwhile one decision goes and one
+    // comes. A new agent converges: nothing stale, nothing twice.
+    drop(agent);
+    let other = network.v4(9).to_string();
+    lapi.cscli(&["decisions", "delete", "--ip", &v6]);
+    lapi.cscli(&["decisions", "add", "--ip", &other]);
+    let _agent = Agent::start(&cfctl, &config);
+    wait_for("the new agent to converge", || {
+        listed(&cfctl, &other) && !listed(&cfctl, &v6)
+    });
+    let entries = cfctl.json(&["list", "--source", "crowdsec"]);
+    assert_eq!(entries.as_array().map(Vec::len), Some(2), "{entries}");
 }
