@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::agent::{free_port, listed, wait_for, Agent};
+use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
 use common::cfctl::{attached, Cfctl};
 use common::netns::check_traffic;
 
@@ -242,30 +242,6 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
         );
         server.set(Answer::List(good.clone()));
     }
-}
-
-/// A metrics scrape, as `name{labels}` -> value.
-fn scrape(port: u16) -> Vec<(String, f64)> {
-    let body = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
-        .call()
-        .expect("scraping the metrics")
-        .into_body()
-        .read_to_string()
-        .expect("a text body");
-    body.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (name, value) = line.rsplit_once(' ').expect("a sample line");
-            (name.to_owned(), value.parse().expect("a number"))
-        })
-        .collect()
-}
-
-fn sample(samples: &[(String, f64)], name: &str) -> Option<f64> {
-    samples
-        .iter()
-        .find(|(sampled, _)| sampled == name)
-        .map(|&(_, value)| value)
 }
 
 #[test]

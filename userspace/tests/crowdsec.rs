@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use common::agent::{free_port, listed, wait_for, Agent};
+use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
 use common::cfctl::attached;
 use common::netns::check_traffic;
 
@@ -135,9 +135,15 @@ impl Lapi {
         file
     }
 
-    fn agent_config(&self, key_file: &Path) -> String {
+    /// An agent configuration following this LAPI with `key_file`, its
+    /// metrics on `metrics_port` (0: none).
+    fn agent_config(&self, key_file: &Path, metrics_port: u16) -> String {
+        let listen = match metrics_port {
+            0 => String::new(),
+            port => format!("127.0.0.1:{port}"),
+        };
         format!(
-            "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
+            "[metrics]\nlisten = \"{listen}\"\n\n[crowdsec]\nurl = \"{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
             self.url,
             key_file.display()
         )
@@ -156,7 +162,8 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
     let lapi = Lapi::start();
     let (network, cfctl) = attached(150, "crowdsec-basic", "1000", "skb");
     let key = lapi.bouncer_key_file("basic");
-    let agent = Agent::start(&cfctl, &lapi.agent_config(&key));
+    let port = free_port();
+    let agent = Agent::start(&cfctl, &lapi.agent_config(&key, port));
     let (v4, v6) = (network.v4(3).to_string(), network.v6(3).to_string());
     lapi.cscli(&["decisions", "add", "--ip", &v6, "--duration", "1h"]);
     lapi.cscli(&["decisions", "add", "--range", &format!("{v4}/32")]);
@@ -184,6 +191,25 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
     lapi.cscli(&["decisions", "add", "--ip", &short, "--duration", "3s"]);
     wait_for("the short decision listed", || listed(&cfctl, &short));
     wait_for("the short decision expired", || !listed(&cfctl, &short));
+
+    // Status and metrics count the decisions by origin.
+    let status = cfctl.json(&["status"]);
+    let crowdsec = &status["crowdsec"];
+    assert_eq!(crowdsec["url"], lapi.url.as_str(), "{status}");
+    assert_eq!(crowdsec["last_error"], serde_json::Value::Null);
+    assert!(
+        crowdsec["origins"]["cscli"]["applied"].as_u64() >= Some(3),
+        "{status}"
+    );
+    let samples = scrape(port);
+    let decisions = |result: &str| {
+        sample(
+            &samples,
+            &format!("cfctl_crowdsec_decisions_total{{origin=\"cscli\",result=\"{result}\"}}"),
+        )
+    };
+    assert!(decisions("applied") >= Some(3.0), "{samples:?}");
+    assert_eq!(sample(&samples, "cfctl_crowdsec_up"), Some(1.0));
     assert!(
         !agent.log().contains("ERROR"),
         "the agent logged an error:\n{}",
@@ -196,7 +222,7 @@ fn a_lapi_outage_and_an_agent_killed_lose_nothing() {
     let mut lapi = Lapi::start();
     let (network, cfctl) = attached(151, "crowdsec-outage", "1000", "skb");
     let key = lapi.bouncer_key_file("outage");
-    let config = lapi.agent_config(&key);
+    let config = lapi.agent_config(&key, 0);
     let agent = Agent::start(&cfctl, &config);
     let (v4, v6) = (network.v4(3).to_string(), network.v6(3).to_string());
     lapi.cscli(&["decisions", "add", "--ip", &v4]);

@@ -8,6 +8,7 @@
 //! are read from the pinned maps at each scrape ([`DataPlane`]), without
 //! the store, so a scrape never waits for an update.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -24,7 +25,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::control::inspect::read_counters;
-use crate::store::{FeedState, ListKind, Store, StoreError};
+use crate::store::{CrowdsecState, DecisionCounts, FeedState, ListKind, Store, StoreError};
 use crate::xdp::PinDir;
 use crate::Setting;
 
@@ -42,6 +43,17 @@ struct FeedLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefreshLabels {
     feed: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    origin: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
     result: String,
 }
 
@@ -68,6 +80,10 @@ pub struct Metrics {
     feed_last_attempt: Family<FeedLabels, Gauge<f64, AtomicU64>>,
     updates: Family<UpdateLabels, Counter>,
     update_seconds: Family<UpdateLabels, Histogram>,
+    crowdsec_decisions: Family<DecisionLabels, Counter>,
+    crowdsec_pulls: Family<ResultLabels, Counter>,
+    crowdsec_up: Gauge,
+    crowdsec_last_pull: Gauge<f64, AtomicU64>,
 }
 
 fn seconds_since_epoch(time: SystemTime) -> f64 {
@@ -92,7 +108,31 @@ impl Metrics {
             update_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
+            crowdsec_decisions: Family::default(),
+            crowdsec_pulls: Family::default(),
+            crowdsec_up: Gauge::default(),
+            crowdsec_last_pull: Gauge::default(),
         };
+        registry.register(
+            "crowdsec_decisions",
+            "CrowdSec decisions by origin and result: received, applied, ignored, expired",
+            metrics.crowdsec_decisions.clone(),
+        );
+        registry.register(
+            "crowdsec_pulls",
+            "Pulls of the CrowdSec LAPI by result: ok, failed",
+            metrics.crowdsec_pulls.clone(),
+        );
+        registry.register(
+            "crowdsec_up",
+            "Whether the last pull of the CrowdSec LAPI succeeded",
+            metrics.crowdsec_up.clone(),
+        );
+        registry.register(
+            "crowdsec_last_pull_timestamp_seconds",
+            "When the CrowdSec LAPI was last pulled",
+            metrics.crowdsec_last_pull.clone(),
+        );
         registry.register(
             "entries",
             "Entries each source lists",
@@ -190,6 +230,36 @@ impl Metrics {
         self.feed_last_attempt
             .get_or_create(&feed)
             .set(time(state.last_attempt));
+    }
+
+    /// Records a pull of the CrowdSec LAPI: the decisions counted since
+    /// `before` and whether it succeeded.
+    pub fn crowdsec(&self, before: &BTreeMap<String, DecisionCounts>, state: &CrowdsecState) {
+        for (origin, counts) in &state.counts {
+            let old = before.get(origin).copied().unwrap_or_default();
+            for (result, now, then) in [
+                ("received", counts.received, old.received),
+                ("applied", counts.applied, old.applied),
+                ("ignored", counts.ignored, old.ignored),
+                ("expired", counts.expired, old.expired),
+            ] {
+                self.crowdsec_decisions
+                    .get_or_create(&DecisionLabels {
+                        origin: origin.clone(),
+                        result: result.to_owned(),
+                    })
+                    .inc_by(now.saturating_sub(then));
+            }
+        }
+        let up = state.last_error.is_none();
+        self.crowdsec_pulls
+            .get_or_create(&ResultLabels {
+                result: if up { "ok" } else { "failed" }.to_owned(),
+            })
+            .inc();
+        self.crowdsec_up.set(i64::from(up));
+        self.crowdsec_last_pull
+            .set(state.last_attempt.map_or(0.0, |seconds| seconds as f64));
     }
 
     /// Takes the entries per source and the next expiry from `store`.

@@ -303,6 +303,7 @@ impl Agent {
         let mut state = control.store().crowdsec_state(&lapi.url)?;
         let startup = !state.as_ref().is_some_and(|state| state.synced);
         let mut state = state.take().unwrap_or_default();
+        let counts_before = state.counts.clone();
         state.last_attempt = Some(unix_seconds(SystemTime::now()));
         // Not synced until this pull's answer is applied: if the agent dies
         // or the pull fails midway, the next pull asks for everything.
@@ -341,6 +342,7 @@ impl Agent {
                 state.last_error = Some(error);
             }
         }
+        self.metrics.crowdsec(&counts_before, &state);
         let mut txn = control.store().begin()?;
         txn.set_crowdsec_state(&lapi.url, &state)?;
         txn.commit()?;
@@ -523,6 +525,7 @@ impl Agent {
             config: self.options.config.display().to_string(),
             feeds: config.feeds.iter().map(|feed| feed.name.clone()).collect(),
             metrics: config.metrics.map(|address| address.to_string()),
+            crowdsec: config.crowdsec.as_ref().map(|lapi| lapi.url.clone()),
         };
         let control = self.open()?;
         let mut txn = control.store().begin()?;

@@ -10,8 +10,8 @@ use ipnet::IpNet;
 
 use super::error::{ControlError, Result};
 use super::report::{
-    unix_seconds, AgentStatus, CheckResult, CounterRecord, EntryRecord, FeedStatus, SourceCount,
-    Status, VerifyReport,
+    unix_seconds, AgentStatus, CheckResult, CounterRecord, CrowdsecStatus, EntryRecord, FeedStatus,
+    SourceCount, Status, VerifyReport,
 };
 use super::Control;
 use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
@@ -154,6 +154,22 @@ impl Control {
     /// The state of everything.
     pub fn status(&self) -> Result<Status> {
         let settings = self.settings()?;
+        let agent = self.store.agent_state()?;
+        let crowdsec = match agent.as_ref().and_then(|agent| agent.crowdsec.clone()) {
+            None => None,
+            Some(url) => self
+                .store
+                .crowdsec_state(&url)?
+                .map(|state| CrowdsecStatus {
+                    url,
+                    synced: state.synced,
+                    decisions: state.decisions.len(),
+                    last_attempt: state.last_attempt,
+                    last_success: state.last_success,
+                    last_error: state.last_error,
+                    origins: state.counts,
+                }),
+        };
         let mut status = Status {
             pin_dir: self.pins.path().to_owned(),
             store: self.store.path().to_owned(),
@@ -174,7 +190,7 @@ impl Control {
             filter: None,
             ipv4_packet_fpr: None,
             ipv6_packet_fpr: None,
-            agent: self.store.agent_state()?.map(|state| AgentStatus {
+            agent: agent.map(|state| AgentStatus {
                 running: agent_runs(state.pid),
                 state,
             }),
@@ -184,6 +200,7 @@ impl Control {
                 .into_iter()
                 .map(|(name, state)| FeedStatus { name, state })
                 .collect(),
+            crowdsec,
         };
         if let Some((mut live, same_store)) = self.live()? {
             status.loaded = true;

@@ -224,6 +224,27 @@ pub struct Status {
     pub agent: Option<AgentStatus>,
     /// The agent's feeds, by name.
     pub feeds: Vec<FeedStatus>,
+    /// The CrowdSec Local API the agent follows, if it does.
+    pub crowdsec: Option<CrowdsecStatus>,
+}
+
+/// The CrowdSec Local API the agent follows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CrowdsecStatus {
+    /// Its URL.
+    pub url: String,
+    /// Whether the last pull's answer is applied.
+    pub synced: bool,
+    /// Decisions taken and live.
+    pub decisions: usize,
+    /// When a pull was last tried, Unix seconds.
+    pub last_attempt: Option<u64>,
+    /// When a pull last succeeded.
+    pub last_success: Option<u64>,
+    /// Why the last pull failed, if it did.
+    pub last_error: Option<String>,
+    /// Decisions by origin: received, applied, ignored, expired.
+    pub origins: std::collections::BTreeMap<String, crate::store::DecisionCounts>,
 }
 
 /// The agent that last ran on a store.

@@ -156,6 +156,8 @@ pub struct AgentState {
     pub feeds: Vec<String>,
     /// Where its metrics endpoint listens, if it does.
     pub metrics: Option<String>,
+    /// The CrowdSec Local API it follows, if it does.
+    pub crowdsec: Option<String>,
 }
 
 /// An entry to add for one source.

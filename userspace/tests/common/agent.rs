@@ -87,3 +87,28 @@ pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 pub fn listed(cfctl: &Cfctl, address: &str) -> bool {
     cfctl.run(&["check", "--quiet", address]).status.code() == Some(0)
 }
+
+/// A metrics scrape, as `name{labels}` -> value.
+pub fn scrape(port: u16) -> Vec<(String, f64)> {
+    let body = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .expect("scraping the metrics")
+        .into_body()
+        .read_to_string()
+        .expect("a text body");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').expect("a sample line");
+            (name.to_owned(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// The value of sample `name` in a scrape.
+pub fn sample(samples: &[(String, f64)], name: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(sampled, _)| sampled == name)
+        .map(|&(_, value)| value)
+}

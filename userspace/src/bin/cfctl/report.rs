@@ -386,6 +386,28 @@ fn agent(status: &Status) {
             state.failed
         );
     }
+    if let Some(lapi) = &status.crowdsec {
+        let last = match (lapi.last_success, &lapi.last_error) {
+            (_, Some(error)) => format!("failing: {}", Escaped(error)),
+            (Some(at), None) => format!("pulled {}", time(at)),
+            (None, None) => "never pulled".to_owned(),
+        };
+        println!(
+            "  crowdsec   {} {} decisions, {last}",
+            Escaped(&lapi.url),
+            thousands(lapi.decisions as u64)
+        );
+        for (origin, counts) in &lapi.origins {
+            println!(
+                "    {:<12} {} received, {} applied, {} ignored, {} expired",
+                Escaped(origin),
+                counts.received,
+                counts.applied,
+                counts.ignored,
+                counts.expired
+            );
+        }
+    }
 }
 
 /// The counters as a table: totals, or per-second rates over `seconds`.
