@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
 use common::cfctl::attached;
+use common::feed_server::{Answer, FeedServer};
 use common::netns::check_traffic;
 
 /// Where `./x setup` unpacks the crowdsec package.
@@ -264,4 +265,83 @@ fn a_lapi_outage_and_an_agent_killed_lose_nothing() {
     });
     let entries = cfctl.json(&["list", "--source", "crowdsec"]);
     assert_eq!(entries.as_array().map(Vec::len), Some(2), "{entries}");
+}
+
+/// A stream answer with these decisions as new: (scope, value).
+fn stream(new: &[(&str, &str)]) -> String {
+    let decisions: Vec<serde_json::Value> = new
+        .iter()
+        .enumerate()
+        .map(|(id, (scope, value))| {
+            serde_json::json!({"id": id + 1, "scope": scope, "value": value, "type": "ban",
+                "duration": "59m59.5s", "origin": "test", "scenario": "fake"})
+        })
+        .collect();
+    serde_json::json!({"new": decisions, "deleted": null}).to_string()
+}
+
+#[test]
+fn bad_answers_are_one_log_line_and_change_nothing() {
+    let (network, cfctl) = attached(152, "crowdsec-bad", "1000", "skb");
+    let (v4, v6, other) = (
+        network.v4(3).to_string(),
+        network.v6(3).to_string(),
+        network.v4(9).to_string(),
+    );
+    let lapi = FeedServer::start(Answer::List(stream(&[("Ip", &v4)])));
+    let dir = tempfile::tempdir().expect("a directory for the key");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
+    let max_bytes = 4096;
+    let agent = Agent::start(
+        &cfctl,
+        &format!(
+            "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\nmax_bytes = {max_bytes}\n",
+            lapi.address,
+            key.display()
+        ),
+    );
+    wait_for("the first decision", || listed(&cfctl, &v4));
+    let entries = || cfctl.ok(&["list", "--source", "crowdsec"]);
+    let before = entries();
+
+    let padded = format!("{}{}", stream(&[("Ip", &other)]), " ".repeat(max_bytes));
+    for (answer, logged) in [
+        (
+            Answer::List("{\"new\": [".to_owned()),
+            "is not a decision stream",
+        ),
+        (Answer::List(padded), "larger than max_bytes (4096 bytes)"),
+        (Answer::Status(403), "refused the API key (403 Forbidden)"),
+    ] {
+        lapi.set(answer);
+        wait_for(logged, || agent.log().contains(logged));
+        assert_eq!(entries(), before, "after {logged}");
+        assert!(!listed(&cfctl, &other));
+    }
+
+    // Decisions the agent does not follow are logged once and skipped;
+    // the rest of the answer is taken.
+    lapi.set(Answer::List(stream(&[
+        ("Country", "FR"),
+        ("Ip", "not-an-address"),
+        ("Range", "198.18.0.0/33"),
+        ("Ip", &v6),
+    ])));
+    wait_for("the good decision of a mixed answer", || {
+        listed(&cfctl, &v6)
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let log = agent.log();
+    for reason in [
+        "scope 'Country' not followed",
+        "Ip value 'not-an-address' is not an address",
+        "Range value '198.18.0.0/33' is not an address/prefix network",
+    ] {
+        assert_eq!(log.matches(reason).count(), 1, "{reason}:\n{log}");
+    }
+    assert!(
+        !listed(&cfctl, &v4),
+        "the whole list after a failed pull replaces the old one"
+    );
 }

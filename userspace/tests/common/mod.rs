@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod cfctl;
+pub mod feed_server;
 pub mod netns;
 pub mod qemu;
 pub mod serial_line;

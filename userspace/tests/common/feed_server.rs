@@ -1,0 +1,108 @@
+//! A feed server on 127.0.0.1 for the agent tests (a thread serving
+//! tiny_http, stopped on drop): it answers every request with the current
+//! [`Answer`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the feed server answers.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// The list, with an ETag; 304 to a request that names it.
+    List(String),
+    /// An HTTP error.
+    Status(u16),
+    /// A body that promises more bytes than it sends, then closes.
+    Cut(String),
+}
+
+/// A feed server on 127.0.0.1: `GET /list` answers with the current
+/// [`Answer`]; it counts requests and conditional ones.
+pub struct FeedServer {
+    pub address: SocketAddr,
+    answer: Arc<Mutex<Answer>>,
+    pub not_modified: Arc<AtomicU64>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn etag_of(body: &str) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash =
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(body);
+    format!("\"{hash:x}\"")
+}
+
+impl FeedServer {
+    pub fn start(answer: Answer) -> Self {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("a feed server"));
+        let address = server.server_addr().to_ip().expect("an IP address");
+        let answer = Arc::new(Mutex::new(answer));
+        let not_modified = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (server, answer) = (Arc::clone(&server), Arc::clone(&answer));
+            let not_modified = Arc::clone(&not_modified);
+            std::thread::spawn(move || {
+                for request in server.incoming_requests() {
+                    let condition = request
+                        .headers()
+                        .iter()
+                        .find(|header| header.field.equiv("If-None-Match"))
+                        .map(|header| header.value.to_string());
+                    let answer = answer.lock().expect("the answer").clone();
+                    let _ = match answer {
+                        Answer::List(body) => {
+                            let etag = etag_of(&body);
+                            if condition.as_deref() == Some(etag.as_str()) {
+                                not_modified.fetch_add(1, Ordering::SeqCst);
+                                request.respond(tiny_http::Response::empty(304))
+                            } else {
+                                let header =
+                                    tiny_http::Header::from_bytes("ETag", etag).expect("a header");
+                                request.respond(
+                                    tiny_http::Response::from_string(body).with_header(header),
+                                )
+                            }
+                        }
+                        Answer::Status(code) => request.respond(tiny_http::Response::empty(code)),
+                        Answer::Cut(body) => {
+                            let promised = body.len() * 2;
+                            request.respond(tiny_http::Response::new(
+                                tiny_http::StatusCode(200),
+                                Vec::new(),
+                                std::io::Cursor::new(body.into_bytes()),
+                                Some(promised),
+                                None,
+                            ))
+                        }
+                    };
+                }
+            })
+        };
+        Self {
+            address,
+            answer,
+            not_modified,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/list", self.address)
+    }
+
+    pub fn set(&self, answer: Answer) {
+        *self.answer.lock().expect("the answer") = answer;
+    }
+}
+
+impl Drop for FeedServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
