@@ -42,6 +42,15 @@ pub fn run(global: &GlobalOptions, args: &AgentArgs) -> anyhow::Result<()> {
 struct ConfigSummary {
     metrics: Option<String>,
     feeds: Vec<FeedSummary>,
+    crowdsec: Option<CrowdsecSummary>,
+}
+
+#[derive(Serialize)]
+struct CrowdsecSummary {
+    url: String,
+    pull_seconds: u64,
+    scopes: Vec<String>,
+    types: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -73,6 +82,12 @@ impl ConfigSummary {
                     list: feed.list.name(),
                 })
                 .collect(),
+            crowdsec: config.crowdsec.as_ref().map(|lapi| CrowdsecSummary {
+                url: lapi.url.clone(),
+                pull_seconds: lapi.pull.as_secs(),
+                scopes: lapi.scopes.clone(),
+                types: lapi.types.clone(),
+            }),
         }
     }
 }
@@ -82,8 +97,17 @@ fn config_summary(summary: &ConfigSummary) {
         Some(address) => println!("metrics  http://{address}/metrics"),
         None => println!("metrics  off"),
     }
-    if summary.feeds.is_empty() {
+    if summary.feeds.is_empty() && summary.crowdsec.is_none() {
         println!("no feeds: the agent only ends expired listings");
+    }
+    if let Some(lapi) = &summary.crowdsec {
+        println!(
+            "crowdsec {} -> blocklist of crowdsec, every {}, scopes {}, types {}",
+            lapi.url,
+            humantime::format_duration(std::time::Duration::from_secs(lapi.pull_seconds)),
+            lapi.scopes.join(","),
+            lapi.types.join(",")
+        );
     }
     for feed in &summary.feeds {
         println!(
