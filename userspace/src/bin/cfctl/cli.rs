@@ -172,7 +172,8 @@ pub enum Command {
     /// on time. The agent holds the store only while it applies a change, so
     /// other cfctl commands run beside it. SIGHUP reloads the configuration
     /// (a bad one is refused and the old one kept). The XDP attachment stays
-    /// when the agent stops. `cfctl status` shows the agent and its feeds.
+    /// when the agent stops. `cfctl status` shows the agent, its feeds and
+    /// its LAPI.
     Agent(AgentArgs),
     /// Print the man page (cfctl.1), or write a page per command to a
     /// directory.
