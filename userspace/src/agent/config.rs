@@ -359,20 +359,10 @@ fn check_feed(
             ))
         }
     };
-    let max_bytes = match &feed.max_bytes {
-        Some(value) if *value.get_ref() == 0 => {
-            return Err(at(value.span(), within("max_bytes must be at least 1")))
-        }
-        Some(value) => *value.get_ref(),
-        None => DEFAULT_MAX_BYTES,
-    };
-    let max_entries = match &feed.max_entries {
-        Some(value) if *value.get_ref() == 0 => {
-            return Err(at(value.span(), within("max_entries must be at least 1")))
-        }
-        Some(value) => *value.get_ref(),
-        None => DEFAULT_MAX_ENTRIES,
-    };
+    let max_bytes = at_least_one(feed.max_bytes.as_ref(), DEFAULT_MAX_BYTES)
+        .map_err(|span| at(span, within("max_bytes must be at least 1")))?;
+    let max_entries = at_least_one(feed.max_entries.as_ref(), DEFAULT_MAX_ENTRIES)
+        .map_err(|span| at(span, within("max_entries must be at least 1")))?;
     Ok(FeedConfig {
         name: name.clone(),
         location,
@@ -481,13 +471,8 @@ fn check_crowdsec(
             scopes.into_inner()
         }
     };
-    let max_bytes = match &section.max_bytes {
-        Some(value) if *value.get_ref() == 0 => {
-            return Err(at(value.span(), within("max_bytes must be at least 1")))
-        }
-        Some(value) => *value.get_ref(),
-        None => DEFAULT_MAX_BYTES,
-    };
+    let max_bytes = at_least_one(section.max_bytes.as_ref(), DEFAULT_MAX_BYTES)
+        .map_err(|span| at(span, within("max_bytes must be at least 1")))?;
     Ok(CrowdsecConfig {
         url,
         api_key: ApiKey(api_key),
@@ -502,6 +487,18 @@ fn check_crowdsec(
         timeout,
         max_bytes,
     })
+}
+
+/// A count given (or `default`), or the span of a zero.
+fn at_least_one<T: Copy + Default + PartialEq>(
+    value: Option<&Spanned<T>>,
+    default: T,
+) -> Result<T, Range<usize>> {
+    match value {
+        Some(value) if *value.get_ref() == T::default() => Err(value.span()),
+        Some(value) => Ok(*value.get_ref()),
+        None => Ok(default),
+    }
 }
 
 /// A duration like `30s` or `1h`, at least `min`; or why not (a phrase

@@ -372,11 +372,7 @@ fn agent(status: &Status) {
     }
     for feed in &status.feeds {
         let state = &feed.state;
-        let last = match (state.last_success, &state.last_error) {
-            (_, Some(error)) => format!("failing: {}", Escaped(error)),
-            (Some(at), None) => format!("refreshed {}", time(at)),
-            (None, None) => "never refreshed".to_owned(),
-        };
+        let last = last_outcome(state.last_success, state.last_error.as_deref(), "refreshed");
         println!(
             "  feed {:<12} {} entries, {last} ({} updated, {} unchanged, {} failed)",
             Escaped(&feed.name),
@@ -387,11 +383,7 @@ fn agent(status: &Status) {
         );
     }
     if let Some(lapi) = &status.crowdsec {
-        let last = match (lapi.last_success, &lapi.last_error) {
-            (_, Some(error)) => format!("failing: {}", Escaped(error)),
-            (Some(at), None) => format!("pulled {}", time(at)),
-            (None, None) => "never pulled".to_owned(),
-        };
+        let last = last_outcome(lapi.last_success, lapi.last_error.as_deref(), "pulled");
         println!(
             "  crowdsec   {} {} decisions, {last}",
             Escaped(&lapi.url),
@@ -407,6 +399,16 @@ fn agent(status: &Status) {
                 counts.expired
             );
         }
+    }
+}
+
+/// How the last refresh or pull went: `failing: ERROR`, `DONE TIME` or
+/// `never DONE`.
+fn last_outcome(last_success: Option<u64>, last_error: Option<&str>, done: &str) -> String {
+    match (last_success, last_error) {
+        (_, Some(error)) => format!("failing: {}", Escaped(error)),
+        (Some(at), None) => format!("{done} {}", time(at)),
+        (None, None) => format!("never {done}"),
     }
 }
 
