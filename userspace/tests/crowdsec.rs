@@ -345,3 +345,50 @@ fn bad_answers_are_one_log_line_and_change_nothing() {
         "the whole list after a failed pull replaces the old one"
     );
 }
+
+/// The networks `cfctl` lists for source crowdsec, sorted.
+fn crowdsec_nets(cfctl: &common::cfctl::Cfctl) -> Vec<String> {
+    let entries = cfctl.json(&["list", "--source", "crowdsec"]);
+    let mut nets: Vec<String> = entries
+        .as_array()
+        .expect("a list of entries")
+        .iter()
+        .map(|entry| entry["net"].as_str().expect("a network").to_owned())
+        .collect();
+    nets.sort();
+    nets
+}
+
+#[test]
+fn three_agents_follow_one_lapi_to_the_same_list() {
+    let lapi = Lapi::start();
+    let hosts: Vec<_> = (153..156)
+        .map(|subnet| attached(subnet, &format!("crowdsec-fleet{subnet}"), "1000", "skb"))
+        .collect();
+    let _agents: Vec<Agent> = hosts
+        .iter()
+        .enumerate()
+        .map(|(index, (_, cfctl))| {
+            let key = lapi.bouncer_key_file(&format!("fleet{index}"));
+            Agent::start(cfctl, &lapi.agent_config(&key, 0))
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for (network, _) in &hosts {
+        for address in [network.v4(3), network.v6(3)] {
+            lapi.cscli(&["decisions", "add", "--ip", &address.to_string()]);
+            expected.push(ipnet::IpNet::from(address).to_string());
+        }
+    }
+    lapi.cscli(&["decisions", "add", "--range", "198.19.250.0/24"]);
+    lapi.cscli(&["decisions", "add", "--ip", "198.19.251.1"]);
+    lapi.cscli(&["decisions", "delete", "--ip", "198.19.251.1"]);
+    expected.push("198.19.250.0/24".to_owned());
+    expected.sort();
+    for (network, cfctl) in &hosts {
+        wait_for("every agent to converge", || {
+            crowdsec_nets(cfctl) == expected
+        });
+        check_traffic(network, true);
+    }
+}
