@@ -42,6 +42,76 @@ fn cscli(config: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
+/// Writes a test CA (`ca.pem`) and a certificate for 127.0.0.1 it signs
+/// (`server.pem`, `server.key`) into `dir`, with openssl.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let output = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("running openssl (./x setup installs it)");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=cfctl test CA"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    openssl(&ca);
+    let mut request = vec![
+        "req",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ];
+    request.extend(ec);
+    openssl(&request);
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("the extensions");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ]);
+}
+
 /// Starts the LAPI alone (`-no-cs`) with `config`, logging into `dir`.
 fn serve(config: &Path, dir: &Path) -> Child {
     Command::new(crowdsec_bin("crowdsec"))
@@ -64,6 +134,12 @@ struct Lapi {
 
 impl Lapi {
     fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A LAPI serving HTTPS with a certificate for 127.0.0.1 from a test
+    /// CA (`ca.pem` in its directory) when `tls`.
+    fn start_with(tls: bool) -> Self {
         let dir = tempfile::tempdir().expect("a directory for the LAPI");
         let root = dir.path();
         for sub in ["cfg", "data", "hub"] {
@@ -77,6 +153,16 @@ impl Lapi {
         .expect("the profiles");
         let port = free_port();
         let r = root.display();
+        let (scheme, tls_lines) = match tls {
+            false => ("http", String::new()),
+            true => {
+                make_certificates(root);
+                (
+                    "https",
+                    format!("    tls:\n      cert_file: {r}/server.pem\n      key_file: {r}/server.key\n"),
+                )
+            }
+        };
         let config = root.join("config.yaml");
         std::fs::write(
             &config,
@@ -84,7 +170,7 @@ impl Lapi {
                 "common:\n  daemonize: false\n  log_media: stdout\n  log_level: info\n\
                  config_paths:\n  config_dir: {r}/cfg\n  data_dir: {r}/data\n  hub_dir: {r}/hub\n  index_path: {r}/hub/.index.json\n\
                  db_config:\n  type: sqlite\n  db_path: {r}/data/crowdsec.db\n\
-                 api:\n  client:\n    credentials_path: {r}/creds.yaml\n  server:\n    profiles_path: {r}/cfg/profiles.yaml\n    listen_uri: 127.0.0.1:{port}\n\
+                 api:\n  client:\n    credentials_path: {r}/creds.yaml\n    insecure_skip_verify: true\n  server:\n    profiles_path: {r}/cfg/profiles.yaml\n    listen_uri: 127.0.0.1:{port}\n{tls_lines}\
                  prometheus:\n  enabled: false\n"
             ),
         )
@@ -95,11 +181,19 @@ impl Lapi {
             &config,
             &["machines", "add", "test", "--auto", "--force", "-f", creds],
         );
+        // cscli writes an http:// URL; it reaches an HTTPS LAPI only so.
+        let written = std::fs::read_to_string(creds).expect("the credentials");
+        let url = format!("{scheme}://127.0.0.1:{port}");
+        std::fs::write(
+            creds,
+            written.replace(&format!("http://127.0.0.1:{port}"), &url),
+        )
+        .expect("the credentials");
         let child = serve(&config, root);
         let lapi = Self {
             child,
             config,
-            url: format!("http://127.0.0.1:{port}"),
+            url,
             dir,
         };
         lapi.wait_listening();
@@ -107,7 +201,10 @@ impl Lapi {
     }
 
     fn wait_listening(&self) {
-        let address = self.url.trim_start_matches("http://");
+        let address = self
+            .url
+            .split_once("://")
+            .map_or("", |(_, address)| address);
         wait_for("the LAPI to listen", || {
             std::net::TcpStream::connect(address).is_ok()
         });
@@ -391,4 +488,21 @@ fn three_agents_follow_one_lapi_to_the_same_list() {
         });
         check_traffic(network, true);
     }
+}
+
+#[test]
+fn an_https_lapi_is_trusted_through_ca_file_only() {
+    let lapi = Lapi::start_with(true);
+    let (_network, cfctl) = attached(156, "crowdsec-tls", "1000", "skb");
+    let key = lapi.bouncer_key_file("tls");
+    let without_ca = lapi.agent_config(&key, 0);
+    let agent = Agent::start(&cfctl, &without_ca);
+    lapi.cscli(&["decisions", "add", "--ip", "198.19.252.1"]);
+    wait_for("an untrusted certificate refused", || {
+        agent.log().contains("CrowdSec pull failed")
+    });
+    assert!(!listed(&cfctl, "198.19.252.1"));
+    let ca = lapi.dir.path().join("ca.pem");
+    agent.reload(&format!("{without_ca}ca_file = \"{}\"\n", ca.display()));
+    wait_for("the decision over HTTPS", || listed(&cfctl, "198.19.252.1"));
 }
