@@ -506,3 +506,48 @@ fn an_https_lapi_is_trusted_through_ca_file_only() {
     agent.reload(&format!("{without_ca}ca_file = \"{}\"\n", ca.display()));
     wait_for("the decision over HTTPS", || listed(&cfctl, "198.19.252.1"));
 }
+
+/// Not a test: 10^5 decisions imported into the LAPI (`cscli decisions
+/// import`), then one agent's first pull. Prints what the agent logs for
+/// it: the pull (request, answer, JSON) and the apply (the change to the
+/// store and the live filter), in seconds. Run it alone:
+/// `flock /tmp/cfxdp-kernel.lock cargo test -p userspace --release --test
+/// crowdsec -- --ignored --nocapture one_pull_of_100k`.
+#[test]
+#[ignore = "a benchmark; prints its numbers"]
+fn one_pull_of_100k_decisions() {
+    const DECISIONS: u32 = 100_000;
+    let lapi = Lapi::start();
+    let (_network, cfctl) = attached(157, "crowdsec-bench", "262144", "skb");
+    let mut csv = String::from("duration,scope,value\n");
+    let base = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0));
+    for index in 0..DECISIONS {
+        csv.push_str(&format!(
+            "24h,ip,{}\n",
+            std::net::Ipv4Addr::from(base + index)
+        ));
+    }
+    let file = lapi.dir.path().join("decisions.csv");
+    std::fs::write(&file, csv).expect("writing the decisions");
+    let started = std::time::Instant::now();
+    lapi.cscli(&[
+        "decisions",
+        "import",
+        "-i",
+        file.to_str().expect("a UTF-8 path"),
+    ]);
+    eprintln!(
+        "cscli decisions import of {DECISIONS}: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let key = lapi.bouncer_key_file("bench");
+    let agent = Agent::start(&cfctl, &lapi.agent_config(&key, 0));
+    let last = "198.19.134.159"; // base + DECISIONS - 1
+    wait_for("every decision listed", || listed(&cfctl, last));
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("CrowdSec decisions applied") && line.contains("startup=true"))
+        .expect("the agent's line for its first pull");
+    eprintln!("{line}");
+}
