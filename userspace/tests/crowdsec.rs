@@ -26,36 +26,40 @@ fn crowdsec_bin(name: &str) -> PathBuf {
     path
 }
 
-/// Runs cscli with the LAPI configuration `config`; its standard output.
-fn cscli(config: &Path, args: &[&str]) -> String {
-    let output = Command::new(crowdsec_bin("cscli"))
-        .arg("-c")
-        .arg(config)
-        .args(args)
+/// Runs `command`, which must succeed (`what` names it if not); its
+/// standard output, trimmed.
+fn succeeds(command: &mut Command, what: &str) -> String {
+    let output = command
         .output()
-        .expect("running cscli");
+        .unwrap_or_else(|error| panic!("running {what}: {error}"));
     assert!(
         output.status.success(),
-        "cscli {args:?}: {}",
+        "{what}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
+/// Runs cscli with the LAPI configuration `config`; its standard output.
+fn cscli(config: &Path, args: &[&str]) -> String {
+    succeeds(
+        Command::new(crowdsec_bin("cscli"))
+            .arg("-c")
+            .arg(config)
+            .args(args),
+        &format!("cscli {args:?}"),
+    )
+}
+
 /// Writes a test CA (`ca.pem`) and a certificate for 127.0.0.1 it signs
 /// (`server.pem`, `server.key`) into `dir`, with openssl.
 fn make_certificates(dir: &Path) {
+    // ./x setup installs openssl.
     let openssl = |args: &[&str]| {
-        let output = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .expect("running openssl (./x setup installs it)");
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        succeeds(
+            Command::new("openssl").current_dir(dir).args(args),
+            &format!("openssl {args:?}"),
+        )
     };
     let ec = [
         "-newkey",
