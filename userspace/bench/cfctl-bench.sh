@@ -163,7 +163,8 @@ for version in feed-next.txt list.txt feed-next.txt; do
     start=$EPOCHREALTIME
     cfctl agent --once --config "$work/agent.toml" 2>"$work/agent.log"
     passes+=("$(seconds_since "$start")")
-    applies+=("$(sed -n 's/.*apply_seconds=\([0-9.]*\).*/\1/p' "$work/agent.log" | tail -n 1)")
+    apply=$(sed -n 's/.*apply_seconds=\([0-9.]*\).*/\1/p' "$work/agent.log" | tail -n 1)
+    applies+=("$(printf '%.3f' "$apply")")
 done
 agent_apply="$(median "${applies[@]}") (${applies[*]})"
 agent_pass="$(median "${passes[@]}") (${passes[*]})"
