@@ -365,6 +365,16 @@ fn every_bad_configuration_line_is_one_clear_error() {
             "scope 'Country' is not one of Ip, Range",
         ),
         (
+            "[crowdsec]\nurl = \"https://x\"\ncert_file = \"c.pem\"\n",
+            3,
+            "crowdsec: give both cert_file and key_file, or neither",
+        ),
+        (
+            "[crowdsec]\nurl = \"http://x\"\nkey_file = \"k.pem\"\ncert_file = \"c.pem\"\n",
+            4,
+            "crowdsec: cert_file needs an https:// url",
+        ),
+        (
             "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\napi_key = \"k\"\n",
             4,
             "unknown field `api_key`",

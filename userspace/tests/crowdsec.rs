@@ -51,8 +51,10 @@ fn cscli(config: &Path, args: &[&str]) -> String {
     )
 }
 
-/// Writes a test CA (`ca.pem`) and a certificate for 127.0.0.1 it signs
-/// (`server.pem`, `server.key`) into `dir`, with openssl.
+/// Writes a test CA (`ca.pem`) and certificates it signs into `dir`, with
+/// openssl: `server` for 127.0.0.1, and client certificates `bouncer`
+/// (OU bouncer-ou) and `cscli` (OU agent-ou), the OUs a LAPI accepts from
+/// bouncers and machines; each `NAME.pem` with its `NAME.key`.
 fn make_certificates(dir: &Path) {
     // ./x setup installs openssl.
     let openssl = |args: &[&str]| {
@@ -81,39 +83,57 @@ fn make_certificates(dir: &Path) {
         "keyUsage=critical,keyCertSign",
     ]);
     openssl(&ca);
-    let mut request = vec![
-        "req",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ];
-    request.extend(ec);
-    openssl(&request);
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("the extensions");
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "server.pem",
-    ]);
+    let client = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    for (name, subject, extensions) in [
+        (
+            "server",
+            "/CN=127.0.0.1",
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("bouncer", "/OU=bouncer-ou/CN=cfctl", client),
+        ("cscli", "/OU=agent-ou/CN=cscli", client),
+    ] {
+        let (key, csr, ext, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.pem"),
+        );
+        let mut request = vec!["req", "-subj", subject, "-keyout", &key, "-out", &csr];
+        request.extend(ec);
+        openssl(&request);
+        std::fs::write(dir.join(&ext), extensions).expect("the extensions");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &pem,
+        ]);
+    }
+}
+
+/// How a test LAPI speaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Http,
+    /// HTTPS with a certificate for 127.0.0.1 from a test CA (`ca.pem`
+    /// in its directory).
+    Https,
+    /// HTTPS that also requires a client certificate from that CA
+    /// (`bouncer.pem` and `bouncer.key` for a bouncer); cscli then logs
+    /// in with one (`cscli.pem`) instead of a password.
+    HttpsClientCerts,
 }
 
 /// Starts the LAPI alone (`-no-cs`) with `config`, logging into `dir`.
@@ -138,12 +158,10 @@ struct Lapi {
 
 impl Lapi {
     fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(Transport::Http)
     }
 
-    /// A LAPI serving HTTPS with a certificate for 127.0.0.1 from a test
-    /// CA (`ca.pem` in its directory) when `tls`.
-    fn start_with(tls: bool) -> Self {
+    fn start_with(transport: Transport) -> Self {
         let dir = tempfile::tempdir().expect("a directory for the LAPI");
         let root = dir.path();
         for sub in ["cfg", "data", "hub"] {
@@ -157,14 +175,19 @@ impl Lapi {
         .expect("the profiles");
         let port = free_port();
         let r = root.display();
-        let (scheme, tls_lines) = match tls {
-            false => ("http", String::new()),
-            true => {
+        let (scheme, tls_lines) = match transport {
+            Transport::Http => ("http", String::new()),
+            Transport::Https | Transport::HttpsClientCerts => {
                 make_certificates(root);
-                (
-                    "https",
-                    format!("    tls:\n      cert_file: {r}/server.pem\n      key_file: {r}/server.key\n"),
-                )
+                let mut lines = format!(
+                    "    tls:\n      cert_file: {r}/server.pem\n      key_file: {r}/server.key\n"
+                );
+                if transport == Transport::HttpsClientCerts {
+                    lines.push_str(&format!(
+                        "      client_verification: RequireAndVerifyClientCert\n      ca_cert_path: {r}/ca.pem\n      bouncers_allowed_ou: [bouncer-ou]\n      agents_allowed_ou: [agent-ou]\n"
+                    ));
+                }
+                ("https", lines)
             }
         };
         let config = root.join("config.yaml");
@@ -188,11 +211,14 @@ impl Lapi {
         // cscli writes an http:// URL; it reaches an HTTPS LAPI only so.
         let written = std::fs::read_to_string(creds).expect("the credentials");
         let url = format!("{scheme}://127.0.0.1:{port}");
-        std::fs::write(
-            creds,
-            written.replace(&format!("http://127.0.0.1:{port}"), &url),
-        )
-        .expect("the credentials");
+        let written = match transport {
+            // A password and a certificate are mutually exclusive.
+            Transport::HttpsClientCerts => format!(
+                "url: {url}\nca_cert_path: {r}/ca.pem\ncert_path: {r}/cscli.pem\nkey_path: {r}/cscli.key\n"
+            ),
+            _ => written.replace(&format!("http://127.0.0.1:{port}"), &url),
+        };
+        std::fs::write(creds, written).expect("the credentials");
         let child = serve(&config, root);
         let lapi = Self {
             child,
@@ -496,7 +522,7 @@ fn three_agents_follow_one_lapi_to_the_same_list() {
 
 #[test]
 fn an_https_lapi_is_trusted_through_ca_file_only() {
-    let lapi = Lapi::start_with(true);
+    let lapi = Lapi::start_with(Transport::Https);
     let (_network, cfctl) = attached(156, "crowdsec-tls", "1000", "skb");
     let key = lapi.bouncer_key_file("tls");
     let without_ca = lapi.agent_config(&key, 0);
@@ -509,6 +535,40 @@ fn an_https_lapi_is_trusted_through_ca_file_only() {
     let ca = lapi.dir.path().join("ca.pem");
     agent.reload(&format!("{without_ca}ca_file = \"{}\"\n", ca.display()));
     wait_for("the decision over HTTPS", || listed(&cfctl, "198.19.252.1"));
+}
+
+#[test]
+fn a_lapi_requiring_client_certificates_serves_the_agent_with_one_only() {
+    let lapi = Lapi::start_with(Transport::HttpsClientCerts);
+    let (_network, cfctl) = attached(158, "crowdsec-mtls", "1000", "skb");
+    let dir = lapi.dir.path();
+    // An API key alone does not pass the handshake.
+    let key = lapi.bouncer_key_file("mtls");
+    let with_key = format!(
+        "{}ca_file = \"{}\"\n",
+        lapi.agent_config(&key, 0),
+        dir.join("ca.pem").display()
+    );
+    let agent = Agent::start(&cfctl, &with_key);
+    lapi.cscli(&["decisions", "add", "--ip", "198.19.252.2"]);
+    wait_for("the agent without a certificate refused", || {
+        agent.log().contains("CrowdSec pull failed")
+    });
+    assert!(!listed(&cfctl, "198.19.252.2"));
+    // The certificate alone, without an API key, does.
+    let with_certificate = with_key
+        .lines()
+        .filter(|line| !line.starts_with("api_key_file"))
+        .chain([
+            format!("cert_file = \"{}\"", dir.join("bouncer.pem").display()).as_str(),
+            format!("key_file = \"{}\"", dir.join("bouncer.key").display()).as_str(),
+        ])
+        .collect::<Vec<_>>()
+        .join("\n");
+    agent.reload(&format!("{with_certificate}\n"));
+    wait_for("the decision over mutual TLS", || {
+        listed(&cfctl, "198.19.252.2")
+    });
 }
 
 /// Not a test: 10^5 decisions imported into the LAPI (`cscli decisions

@@ -20,6 +20,8 @@
 //! [crowdsec]                     # follow a CrowdSec Local API (at most one)
 //! url = "http://127.0.0.1:8080"  # its entries belong to source crowdsec
 //! api_key_file = "/etc/cfctl/crowdsec.key"  # or api_key_env = "VAR"; never inline
+//! # cert_file = "/etc/cfctl/bouncer.pem"  # with key_file: a TLS client certificate
+//! # key_file = "/etc/cfctl/bouncer-key.pem"  # (https:// only; the API key is then optional)
 //! pull = "10s"                   # at least 1 s
 //! scopes = ["Ip", "Range"]       # the default (and all that is understood)
 //! types = ["ban"]                # the default
@@ -97,8 +99,11 @@ impl std::fmt::Debug for ApiKey {
 pub struct CrowdsecConfig {
     /// Its base URL, without a trailing `/`.
     pub url: String,
-    /// The bouncer's key, read from a file or the environment.
-    pub api_key: ApiKey,
+    /// The bouncer's key, read from a file or the environment; `None`
+    /// when the bouncer authenticates with [`Self::client_cert`] alone.
+    pub api_key: Option<ApiKey>,
+    /// The bouncer's TLS client certificate, if it has one.
+    pub client_cert: Option<ClientCertFiles>,
     /// How often it is asked for changes.
     pub pull: Duration,
     /// The decision scopes taken (a subset of [`CROWDSEC_SCOPES`]).
@@ -119,6 +124,16 @@ pub struct CrowdsecConfig {
     pub timeout: Duration,
     /// The largest answer taken.
     pub max_bytes: u64,
+}
+
+/// A TLS client certificate and its private key, both PEM files read at
+/// each pull (so a renewed certificate is taken without a reload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    /// The certificate (and any intermediates), PEM.
+    pub cert_file: PathBuf,
+    /// Its private key, PEM.
+    pub key_file: PathBuf,
 }
 
 /// Where a feed's list comes from.
@@ -188,6 +203,8 @@ struct CrowdsecSection {
     #[serde(default)]
     exclude_scenarios: Vec<String>,
     ca_file: Option<PathBuf>,
+    cert_file: Option<Spanned<PathBuf>>,
+    key_file: Option<Spanned<PathBuf>>,
     timeout: Option<Spanned<String>>,
     max_bytes: Option<Spanned<u64>>,
 }
@@ -392,21 +409,44 @@ fn check_crowdsec(
             )),
         ));
     }
+    let client_cert = match (section.cert_file, section.key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            if !url.starts_with("https://") {
+                return Err(at(
+                    cert_file.span(),
+                    within("cert_file needs an https:// url"),
+                ));
+            }
+            Some(ClientCertFiles {
+                cert_file: cert_file.into_inner(),
+                key_file: key_file.into_inner(),
+            })
+        }
+        (Some(alone), None) | (None, Some(alone)) => {
+            return Err(at(
+                alone.span(),
+                within("give both cert_file and key_file, or neither"),
+            ))
+        }
+        (None, None) => None,
+    };
     let api_key = match (&section.api_key_file, &section.api_key_env) {
-        (Some(file), None) => std::fs::read_to_string(file.get_ref())
-            .map_err(|error| {
-                let file_name = file.get_ref().display().to_string();
-                at(
-                    file.span(),
-                    within(&format!(
-                        "cannot read api_key_file {}: {error}",
-                        excerpt(&file_name)
-                    )),
-                )
-            })?
-            .trim()
-            .to_owned(),
-        (None, Some(variable)) => std::env::var(variable.get_ref()).map_err(|_| {
+        (Some(file), None) => Some(
+            std::fs::read_to_string(file.get_ref())
+                .map_err(|error| {
+                    let file_name = file.get_ref().display().to_string();
+                    at(
+                        file.span(),
+                        within(&format!(
+                            "cannot read api_key_file {}: {error}",
+                            excerpt(&file_name)
+                        )),
+                    )
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, Some(variable)) => Some(std::env::var(variable.get_ref()).map_err(|_| {
             at(
                 variable.span(),
                 within(&format!(
@@ -414,21 +454,29 @@ fn check_crowdsec(
                     excerpt(variable.get_ref())
                 )),
             )
-        })?,
+        })?),
         (Some(file), Some(_)) => {
             return Err(at(
                 file.span(),
                 within("give either api_key_file or api_key_env, not both"),
             ))
         }
+        // CrowdSec authenticates a bouncer with a certificate by it alone.
+        (None, None) if client_cert.is_some() => None,
         (None, None) => {
             return Err(at(
                 span,
-                within("needs api_key_file or api_key_env (the key is never written inline)"),
+                within(
+                    "needs api_key_file or api_key_env (the key is never written inline), \
+                     or cert_file and key_file",
+                ),
             ))
         }
     };
-    if api_key.is_empty() || api_key.chars().any(|c| c.is_ascii_control() || c == ' ') {
+    if api_key
+        .as_ref()
+        .is_some_and(|key| key.is_empty() || key.chars().any(|c| c.is_ascii_control() || c == ' '))
+    {
         let key_span = section
             .api_key_file
             .as_ref()
@@ -475,7 +523,8 @@ fn check_crowdsec(
         .map_err(|span| at(span, within("max_bytes must be at least 1")))?;
     Ok(CrowdsecConfig {
         url,
-        api_key: ApiKey(api_key),
+        api_key: api_key.map(ApiKey),
+        client_cert,
         pull,
         scopes,
         types: section.types.unwrap_or_else(|| vec!["ban".to_owned()]),

@@ -21,12 +21,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::net::IpAddr;
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use super::config::CrowdsecConfig;
+use super::config::{ClientCertFiles, CrowdsecConfig};
 use crate::store::{CrowdsecDecision, CrowdsecState, NewEntry};
 use crate::text::excerpt;
 
@@ -94,9 +95,11 @@ pub enum PullError {
     /// The answer is not the JSON expected.
     #[error("the answer is not a decision stream: {0}; nothing taken from it")]
     Json(String),
-    /// The CA file cannot be used.
-    #[error("ca_file {path}: {reason}")]
-    CaFile {
+    /// A TLS file (`ca_file`, `cert_file` or `key_file`) cannot be used.
+    #[error("{key} {path}: {reason}")]
+    TlsFile {
+        /// The configuration key naming it.
+        key: &'static str,
         /// The file.
         path: String,
         /// What is wrong.
@@ -104,26 +107,69 @@ pub enum PullError {
     },
 }
 
+/// The PEM items of the file `key` names, or why it cannot be read.
+fn pem_items(
+    key: &'static str,
+    path: &Path,
+) -> Result<Vec<ureq::tls::PemItem<'static>>, PullError> {
+    let error = |reason: String| PullError::TlsFile {
+        key,
+        path: path.display().to_string(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|reason| error(reason.to_string()))?;
+    ureq::tls::parse_pem(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|reason| error(reason.to_string()))
+}
+
+/// The client certificate (with any intermediates) and key `files` name.
+fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, PullError> {
+    let mut chain = Vec::new();
+    for item in pem_items("cert_file", &files.cert_file)? {
+        if let ureq::tls::PemItem::Certificate(certificate) = item {
+            chain.push(certificate);
+        }
+    }
+    let no_item = |key: &'static str, path: &Path, what: &str| PullError::TlsFile {
+        key,
+        path: path.display().to_string(),
+        reason: format!("holds no PEM {what}"),
+    };
+    if chain.is_empty() {
+        return Err(no_item("cert_file", &files.cert_file, "certificate"));
+    }
+    let key = pem_items("key_file", &files.key_file)?
+        .into_iter()
+        .find_map(|item| match item {
+            ureq::tls::PemItem::PrivateKey(key) => Some(key),
+            _ => None,
+        })
+        .ok_or_else(|| no_item("key_file", &files.key_file, "private key"))?;
+    Ok(ureq::tls::ClientCert::new_with_certs(&chain, key))
+}
+
 fn tls_config(config: &CrowdsecConfig) -> Result<ureq::tls::TlsConfig, PullError> {
     let mut tls = ureq::tls::TlsConfig::builder();
     if let Some(path) = &config.ca_file {
-        let ca_error = |reason: String| PullError::CaFile {
-            path: path.display().to_string(),
-            reason,
-        };
-        let pem = std::fs::read(path).map_err(|error| ca_error(error.to_string()))?;
-        let mut roots = Vec::new();
-        for item in ureq::tls::parse_pem(&pem) {
-            if let ureq::tls::PemItem::Certificate(certificate) =
-                item.map_err(|error| ca_error(error.to_string()))?
-            {
-                roots.push(certificate);
-            }
-        }
+        let roots: Vec<_> = pem_items("ca_file", path)?
+            .into_iter()
+            .filter_map(|item| match item {
+                ureq::tls::PemItem::Certificate(certificate) => Some(certificate),
+                _ => None,
+            })
+            .collect();
         if roots.is_empty() {
-            return Err(ca_error("holds no PEM certificate".to_owned()));
+            return Err(PullError::TlsFile {
+                key: "ca_file",
+                path: path.display().to_string(),
+                reason: "holds no PEM certificate".to_owned(),
+            });
         }
         tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&roots));
+    }
+    if let Some(files) = &config.client_cert {
+        tls = tls.client_cert(Some(client_cert(files)?));
     }
     Ok(tls.build())
 }
@@ -139,9 +185,11 @@ pub fn pull(config: &CrowdsecConfig, startup: bool) -> Result<Answer, PullError>
         .build()
         .into();
     let url = format!("{}/v1/decisions/stream?startup={startup}", config.url);
-    let response = agent
-        .get(&url)
-        .header("X-Api-Key", &config.api_key.0)
+    let mut request = agent.get(&url);
+    if let Some(key) = &config.api_key {
+        request = request.header("X-Api-Key", &key.0);
+    }
+    let response = request
         .call()
         .map_err(|error| PullError::Http(error.to_string()))?;
     match response.status().as_u16() {
@@ -427,7 +475,8 @@ mod tests {
     fn config() -> CrowdsecConfig {
         CrowdsecConfig {
             url: "http://127.0.0.1:1".into(),
-            api_key: ApiKey("k".into()),
+            api_key: Some(ApiKey("k".into())),
+            client_cert: None,
             pull: Duration::from_secs(10),
             scopes: vec!["Ip".into(), "Range".into()],
             types: vec!["ban".into()],
