@@ -144,8 +144,7 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
 
 #[test]
 fn expiry_ends_listings_in_one_batch_and_never_the_others() {
-    use std::os::fd::AsFd;
-    use userspace::xdp::test_run::{run_xdp, XdpAction};
+    use userspace::xdp::test_run::XdpAction;
     let (network, cfctl) = attached(142, "agent-expiry", "400000", "skb");
     let port = free_port();
     let _agent = Agent::start(
@@ -187,18 +186,7 @@ fn expiry_ends_listings_in_one_batch_and_never_the_others() {
         "--timeout",
         "5s",
     ]);
-    let program = aya::programs::Xdp::from_pin(
-        cfctl.pin_dir().join("program"),
-        aya_obj::programs::XdpAttachType::Interface,
-    )
-    .expect("the pinned program");
-    let fd = program.fd().expect("the program's fd");
-    let action = |source: std::net::IpAddr| {
-        let frame = common::udp_frame(source, common::Tags::None);
-        run_xdp(fd.as_fd(), &frame, 1)
-            .expect("BPF_PROG_TEST_RUN")
-            .action
-    };
+    let action = cfctl.pinned_verdict();
     let (first, last) = (hosts[0].into(), hosts[99_999].into());
     assert_eq!(action(first), XdpAction::Drop, "the imported listing");
     let (mut probes, mut misses) = (0u64, 0u64);

@@ -615,3 +615,59 @@ fn one_pull_of_100k_decisions() {
         .expect("the agent's line for its first pull");
     eprintln!("{line}");
 }
+
+/// Not a test: ban-to-drop latency with `pull = "1s"`. Each repetition
+/// waits a different part of the pull interval (so the bans fall evenly
+/// over its phases, rather than each just after the pull that ended the
+/// last one), adds one `--ip` decision with cscli, then runs the pinned
+/// program on a frame from that address (BPF_PROG_TEST_RUN, every
+/// millisecond) until it drops; prints the time from cscli's return to
+/// the first drop, and the median and maximum of the repetitions. Run it alone:
+/// `flock /tmp/cfxdp-kernel.lock cargo test -p userspace --release --test
+/// crowdsec -- --ignored --nocapture ban_to_drop`.
+#[test]
+#[ignore = "a benchmark; prints its numbers"]
+fn ban_to_drop_latency() {
+    use std::time::{Duration, Instant};
+    use userspace::xdp::test_run::XdpAction;
+    const REPETITIONS: u8 = 15;
+    let lapi = Lapi::start();
+    let (_network, cfctl) = attached(159, "crowdsec-latency", "1000", "skb");
+    let key = lapi.bouncer_key_file("latency");
+    let agent = Agent::start(&cfctl, &lapi.agent_config(&key, 0));
+    wait_for("the agent's first pull", || {
+        agent.log().contains("CrowdSec decisions applied")
+    });
+    let verdict = cfctl.pinned_verdict();
+    let drops = |source: std::net::IpAddr| verdict(source) == XdpAction::Drop;
+    let mut latencies = Vec::new();
+    for repetition in 1..=REPETITIONS {
+        let address = std::net::Ipv4Addr::new(198, 19, 253, repetition);
+        assert!(!drops(address.into()), "{address} dropped before its ban");
+        std::thread::sleep(Duration::from_millis(
+            u64::from(repetition) * 1000 / u64::from(REPETITIONS),
+        ));
+        lapi.cscli(&["decisions", "add", "--ip", &address.to_string()]);
+        let banned = Instant::now();
+        while !drops(address.into()) {
+            assert!(
+                banned.elapsed() < Duration::from_secs(30),
+                "{address} not dropped 30 s after its ban"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let latency = banned.elapsed().as_secs_f64();
+        eprintln!(
+            "ban {repetition}: dropped {:.0} ms after cscli returned",
+            latency * 1e3
+        );
+        latencies.push(latency);
+    }
+    latencies.sort_by(f64::total_cmp);
+    eprintln!(
+        "ban to drop, pull = 1s, {REPETITIONS} bans: median {:.0} ms, min {:.0} ms, max {:.0} ms",
+        latencies[latencies.len() / 2] * 1e3,
+        latencies[0] * 1e3,
+        latencies[latencies.len() - 1] * 1e3
+    );
+}

@@ -3,8 +3,12 @@
 //! detaches everything and removes both directories on drop, also when a
 //! test fails.
 
+use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use userspace::xdp::test_run::{run_xdp, XdpAction};
 
 use super::netns::{ensure_bpffs, TestNetwork};
 use super::require_root;
@@ -55,6 +59,23 @@ impl Cfctl {
 
     pub fn pin_dir(&self) -> &Path {
         &self.pin_dir
+    }
+
+    /// The verdict of the pinned program for a UDP frame from `source`,
+    /// run with BPF_PROG_TEST_RUN (the store and the traffic untouched).
+    pub fn pinned_verdict(&self) -> impl Fn(IpAddr) -> XdpAction {
+        let program = aya::programs::Xdp::from_pin(
+            self.pin_dir.join("program"),
+            aya_obj::programs::XdpAttachType::Interface,
+        )
+        .expect("the pinned program");
+        move |source| {
+            let frame = super::udp_frame(source, super::Tags::None);
+            let fd = program.fd().expect("the program's fd");
+            run_xdp(fd.as_fd(), &frame, 1)
+                .expect("BPF_PROG_TEST_RUN")
+                .action
+        }
     }
 
     pub fn state_dir(&self) -> &Path {
