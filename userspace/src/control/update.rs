@@ -51,7 +51,7 @@ use super::Control;
 use crate::plan::{
     prefixes_of, ActiveLengths, KeyDiff, KeyPlan, KeySharing, PlanError, PlanLimits,
 };
-use crate::store::{ListKind, NewEntry, StoreTransaction};
+use crate::store::{ListKind, NewEntry, StoreTransaction, ROWS_PER_LOOKUP};
 use crate::xdp::{LiveFilter, XdpError};
 
 /// Changes of at least this many entries, and more than a
@@ -62,9 +62,6 @@ pub const BULK_ENTRIES: usize = 50_000;
 /// written key by key however large: a feed refresh that changes 10^5 of
 /// 10^6 entries costs its own keys, not a rebuild of the whole table.
 pub const BULK_SHARE: usize = 4;
-/// How many stored entries one read of the whole list takes in the time of
-/// one lookup.
-const ROWS_PER_LOOKUP: u64 = 16;
 /// The most networks an exact update looks up one by one.
 const MAX_CANDIDATES: usize = 1 << 20;
 /// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
@@ -340,9 +337,7 @@ impl Control {
             usize::try_from(self.store.entry_count(ListKind::Blocklist)?).unwrap_or(usize::MAX);
         let small = changed < BULK_ENTRIES || changed.saturating_mul(BULK_SHARE) <= listed;
         let plan = match small {
-            true => {
-                self.plan_around(&recorded.added, &recorded.removed, &live.lengths(), limits)?
-            }
+            true => self.plan_around(recorded, listed, &live.lengths(), limits)?,
             false => None,
         };
         let txn = match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
@@ -472,23 +467,24 @@ impl Control {
         Ok(())
     }
 
-    /// A plan of the committed entries that can share a filter key with
-    /// `added` or `removed` under the live `lengths` ([`KeySharing`]):
-    /// enough for an exact diff of that change. A small change looks its
+    /// A plan of the committed entries that can share a filter key with the
+    /// `recorded` change under the live `lengths` ([`KeySharing`]): enough
+    /// for an exact diff of that change. A small change looks its
     /// candidates up; one whose candidates would outnumber a
-    /// [`ROWS_PER_LOOKUP`]th of the list reads the list once instead.
+    /// [`ROWS_PER_LOOKUP`]th of the `listed` entries reads the list once
+    /// instead.
     /// `None` when the plan needs other lengths (then the caller rebuilds
     /// from the whole store).
     fn plan_around(
         &self,
-        added: &[IpNet],
-        removed: &[IpNet],
+        recorded: &Recorded,
+        listed: usize,
         lengths: &ActiveLengths,
         limits: PlanLimits,
     ) -> Result<Option<KeyPlan>> {
-        let sharing = KeySharing::new(added.iter().chain(removed).copied(), lengths);
-        let listed = self.store.entry_count(ListKind::Blocklist)?;
-        let max_lookups = usize::try_from(listed / ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
+        let changed = recorded.added.iter().chain(&recorded.removed).copied();
+        let sharing = KeySharing::new(changed, lengths);
+        let max_lookups = listed / usize::try_from(ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
         let stored = match sharing.candidates(max_lookups.min(MAX_CANDIDATES)) {
             Some(candidates) => self.store.existing(ListKind::Blocklist, candidates)?,
             None => {

@@ -85,7 +85,7 @@ use schema::{
 };
 pub use schema::{ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
-pub use transaction::StoreTransaction;
+pub use transaction::{StoreTransaction, ROWS_PER_LOOKUP};
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]

@@ -160,10 +160,12 @@ impl<'e, 'a> Steps<'e, 'a> {
     }
 }
 
-/// How many rows one ordered pass reads in the time of one range read:
-/// below this share of the table, [`ListWriter::held_many`] reads each
-/// network on its own.
-const ROWS_PER_SEEK: u64 = 16;
+/// How many rows an ordered pass over a list reads in the time of one
+/// range read (lookup) of a network: wanting fewer networks than a
+/// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
+/// list in one pass. The writers here and the update path (which looks up
+/// or reads the entries around a change) choose by it.
+pub const ROWS_PER_LOOKUP: u64 = 16;
 
 /// `entries` keyed by their stored form, in order, the first of any
 /// repeats kept (ordered writes touch each page of a table once), and how
@@ -224,6 +226,13 @@ impl<'t> ListWriter<'t> {
         Ok(held)
     }
 
+    /// Whether `wanted` networks are read faster in one ordered pass over
+    /// the list than one by one ([`ROWS_PER_LOOKUP`]).
+    fn one_pass_for(&self, wanted: usize) -> Result<bool, redb::Error> {
+        let wanted = u64::try_from(wanted).unwrap_or(u64::MAX);
+        Ok(wanted.saturating_mul(ROWS_PER_LOOKUP) >= self.members.len()?)
+    }
+
     /// What the list holds of each of `nets` (sorted, distinct) for
     /// `source`. Many networks are read in one ordered pass over the
     /// memberships between the first and the last; a few, one range read
@@ -232,8 +241,7 @@ impl<'t> ListWriter<'t> {
         let (Some(&first), Some(&last)) = (nets.first(), nets.last()) else {
             return Ok(Vec::new());
         };
-        let wanted = u64::try_from(nets.len()).unwrap_or(u64::MAX);
-        if wanted.saturating_mul(ROWS_PER_SEEK) < self.members.len()? {
+        if !self.one_pass_for(nets.len())? {
             return nets.iter().map(|&net| self.held(source, net)).collect();
         }
         let mut held: Vec<Held> = nets.iter().map(|_| Held::default()).collect();
@@ -263,8 +271,7 @@ impl<'t> ListWriter<'t> {
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
         let mut new = entries.iter().peekable();
-        let wanted = u64::try_from(entries.len()).unwrap_or(u64::MAX);
-        let scan = wanted.saturating_mul(ROWS_PER_SEEK) >= self.members.len()?;
+        let scan = self.one_pass_for(entries.len())?;
         if scan {
             // Each network's memberships are adjacent rows.
             let mut group: Option<(NetBytes, Held)> = None;
