@@ -456,3 +456,69 @@ fn live_inserts_and_removes_keep_listed_keys_listed() {
         );
     }
 }
+
+#[test]
+fn live_updates_of_single_keys_keep_every_key_in_a_nearly_full_table() {
+    // 2^16 buckets (512 KiB): an update of up to four keys maps only the
+    // pages of their candidate buckets; at this load many of the new keys
+    // find both full and need relocations, so the whole table.
+    const BUCKET_COUNT: usize = 1 << 16;
+    let mut rng = StdRng::seed_from_u64(17);
+    // Host keys only, so that no entry covers another and each is one key.
+    let mut seen = HashSet::new();
+    let keys: Vec<NetKey> = std::iter::repeat_with(|| match rng.random_range(0..10) {
+        0 => net_key(IpAddr::V6(Ipv6Addr::from(rng.random::<u128>())), 128),
+        _ => net_key(IpAddr::V4(Ipv4Addr::from(rng.random::<u32>())), 32),
+    })
+    .filter(|key| seen.insert(*key))
+    .take(243_000)
+    .collect();
+    let (initial, added) = keys.split_at(240_000);
+    let (single, in_threes) = added.split_at(1_500);
+    let options = LoadOptions {
+        seed: SEED,
+        bucket_count: BUCKET_COUNT,
+        ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
+    };
+    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let plan = KeyPlan::build(nets_of(initial), PlanLimits::default()).expect("a plan");
+    let live = blocklist.live();
+    live.install(&plan, SEED).expect("filling the filter");
+    let load = live.summary().expect("a summary").load_factor;
+    assert!(load > 0.9, "the table is nearly full ({load})");
+
+    for key in single {
+        live.insert(std::slice::from_ref(key))
+            .expect("room for one key");
+    }
+    for keys in in_threes.chunks(3) {
+        live.insert(keys).expect("room for three keys");
+    }
+    let (removed, kept) = initial.split_at(2_000);
+    for key in removed {
+        live.remove(std::slice::from_ref(key))
+            .expect("removing one key");
+    }
+
+    let summary = live.summary().expect("a summary");
+    assert_eq!(
+        summary.fingerprints,
+        kept.len() + added.len(),
+        "one fingerprint per listed key, none lost or doubled"
+    );
+    let listed: Vec<NetKey> = kept.iter().chain(added).copied().collect();
+    let missing = live
+        .contains(&listed)
+        .expect("looking the keys up")
+        .iter()
+        .filter(|&&contained| !contained)
+        .count();
+    assert_eq!(missing, 0, "listed keys the live filter lacks");
+    for key in added.iter().step_by(10).chain(kept.iter().step_by(500)) {
+        let address = address_in(&mut rng, key);
+        assert!(
+            xdp_says_listed(&blocklist, address),
+            "{address} inside a listed key passes"
+        );
+    }
+}

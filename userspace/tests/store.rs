@@ -176,6 +176,51 @@ fn entries_keep_source_comment_and_time_and_survive_reopening() {
 }
 
 #[test]
+fn a_store_cfctl_leaves_without_a_close_reopens_with_every_commit_and_no_full_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // No program is pinned there: the commands change the store alone,
+    // and each process ends without closing it.
+    let pins = dir.path().join("pins");
+    for arguments in [
+        &["add", "198.18.0.0/24", "198.18.1.0/24"][..],
+        &["add", "198.18.2.0/24", "2001:db8::/48"],
+        &["del", "198.18.1.0/24"],
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_cfctl"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--pin-dir")
+            .arg(&pins)
+            .args(arguments)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "cfctl {arguments:?}: {status}");
+    }
+
+    // The allocator state the last commit recorded is loaded: redb calls
+    // the repair callback only when it must rebuild that state by walking
+    // every page.
+    let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = repaired.clone();
+    let database = redb::Database::builder()
+        .set_repair_callback(move |_| seen.store(true, std::sync::atomic::Ordering::SeqCst))
+        .open(state.join(Store::FILE_NAME))
+        .unwrap();
+    drop(database);
+    assert!(
+        !repaired.load(std::sync::atomic::Ordering::SeqCst),
+        "the store needed a full repair"
+    );
+    let store = Store::open(&state).unwrap();
+    assert_eq!(
+        listed(&store),
+        ["198.18.0.0/24", "198.18.2.0/24", "2001:db8::/48"]
+    );
+}
+
+#[test]
 fn dropped_transactions_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();

@@ -171,6 +171,12 @@ impl Control {
         })
     }
 
+    /// Ends a one-shot command's use of the store without redb's close;
+    /// the process must be about to exit (see [`Store::close_at_exit`]).
+    pub fn close_at_exit(self) {
+        self.store.close_at_exit();
+    }
+
     /// Lets the control plane do what it refuses by default: take over a
     /// filter built from another store, or empty one with an empty store.
     pub fn set_force(&mut self, force: bool) {

@@ -15,6 +15,10 @@
 //!   after the store has committed the change, and clears prefilter bits
 //!   ([`LiveFilter::clear_bits`]) only after that.
 //!
+//! A change or lookup of a few keys maps only the pages of the table that
+//! hold the keys' candidate buckets ([`FilterTable::from_map_pages`]); an
+//! insertion that needs relocations, or many keys, maps the whole table.
+//!
 //! It also carries the two marks the control plane keeps in the config:
 //! the id of the store the filter was built from, and the pid of a process
 //! changing the filter right now (a crash leaves it set; see
@@ -22,7 +26,8 @@
 
 use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit};
 use blocklist_ebpf::{FilterShape, Mode, Policy};
-use filter_core::{CuckooFilter, NetKey};
+use filter_core::layout::{find_slot, locate};
+use filter_core::{BucketStorage, CuckooFilter, NetKey};
 
 use super::maps::{filter_profile, BlocklistMaps, Counters};
 use super::table::{FilterTable, TableFingerprint};
@@ -88,6 +93,9 @@ impl LiveFilter {
     /// fills up, every key this call inserted is removed again and every
     /// bit it set is cleared: the filter is as it was.
     pub fn insert(&mut self, keys: &[NetKey]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
         let lengths = self.lengths();
         let bits: Vec<PrefilterBit> = keys
             .iter()
@@ -215,9 +223,16 @@ fn insert_as<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
     keys: &[NetKey],
 ) -> Result<()> {
+    let placed = match few_keys::<F, S>(maps, keys) {
+        true => place_in_candidate_buckets::<F, S>(maps, keys)?,
+        false => 0,
+    };
+    if placed == keys.len() {
+        return Ok(());
+    }
     let mut filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
     let seed = filter.seed();
-    for (inserted, key) in keys.iter().enumerate() {
+    for (inserted, key) in keys.iter().enumerate().skip(placed) {
         if filter.insert_hash(key.hash(seed)).is_err() {
             for undone in keys[..inserted].iter().rev() {
                 filter.remove_hash(undone.hash(seed));
@@ -232,11 +247,43 @@ fn insert_as<F: TableFingerprint, const S: usize>(
     Ok(())
 }
 
+/// Inserts `keys` from the first on while one of the key's candidate
+/// buckets has a free slot, so that the core places it there without a
+/// relocation, in a table mapped only in the pages of those buckets.
+/// Returns how many it inserted: the next one needs relocations, which may
+/// touch any bucket.
+fn place_in_candidate_buckets<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<usize> {
+    let mut filter = candidate_buckets_filter::<F, S>(maps, keys)?;
+    let seed = filter.seed();
+    for (placed, key) in keys.iter().enumerate() {
+        let hash = key.hash(seed);
+        let location = filter.locate(hash);
+        let storage = filter.storage();
+        let has_free_slot = [location.primary, location.alternate]
+            .into_iter()
+            .any(|bucket| find_slot(&storage.bucket(bucket), F::EMPTY).is_some());
+        // Without a free slot, the core would relocate: not here.
+        if !has_free_slot || filter.insert_hash(hash).is_err() {
+            return Ok(placed);
+        }
+    }
+    Ok(keys.len())
+}
+
 fn remove_as<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
     keys: &[NetKey],
 ) -> Result<()> {
-    let mut filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut filter = match few_keys::<F, S>(maps, keys) {
+        true => candidate_buckets_filter::<F, S>(maps, keys)?,
+        false => live_filter::<F, S>(maps, Occupancy::Unknown)?,
+    };
     let seed = filter.seed();
     for key in keys {
         filter.remove_hash(key.hash(seed));
@@ -250,7 +297,10 @@ fn contains_as<F: TableFingerprint, const S: usize>(
 ) -> Result<Vec<bool>> {
     let prefilter = maps.live_prefilter();
     let profile = maps.live_profile();
-    let filter = live_filter::<F, S>(maps, Occupancy::Unknown)?;
+    let filter = match few_keys::<F, S>(maps, keys) {
+        true => candidate_buckets_filter::<F, S>(maps, keys)?,
+        false => live_filter::<F, S>(maps, Occupancy::Unknown)?,
+    };
     let seed = filter.seed();
     Ok(keys
         .iter()
@@ -282,13 +332,49 @@ enum Occupancy {
     Unknown,
 }
 
+/// Whether `keys` are few enough for a table mapped only in their
+/// candidate buckets' pages: one page mapped alone costs a system call and
+/// a VMA, about as much as a few dozen pages of a whole mapping.
+fn few_keys<F: TableFingerprint, const S: usize>(maps: &BlocklistMaps, keys: &[NetKey]) -> bool {
+    const TABLE_PAGES_PER_KEY: usize = 32;
+    let table_pages = maps.bucket_count() * S * F::BYTES / super::mapped::page_size();
+    keys.len().saturating_mul(TABLE_PAGES_PER_KEY) <= table_pages
+}
+
+/// The live table as a filter keyed with the live seed, mapped only in the
+/// pages of `keys`' candidate buckets: only for lookups, removals and
+/// insertions without relocations of those keys.
+fn candidate_buckets_filter<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
+    let seed = maps.live_profile().seed;
+    let bucket_mask = maps.bucket_count().saturating_sub(1);
+    let buckets: Vec<usize> = keys
+        .iter()
+        .flat_map(|key| {
+            let location = locate::<F>(key.hash(seed), bucket_mask);
+            [location.primary, location.alternate]
+        })
+        .collect();
+    keyed(maps.live_table_pages(&buckets)?, seed, Occupancy::Unknown)
+}
+
 /// The live table as a filter keyed with the live seed.
 fn live_filter<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
     occupancy: Occupancy,
 ) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
     let seed = maps.live_profile().seed;
-    let table = maps.live_table::<F, S>()?;
+    keyed(maps.live_table()?, seed, occupancy)
+}
+
+/// `table` as a filter keyed with `seed`.
+fn keyed<F: TableFingerprint, const S: usize>(
+    table: FilterTable<F, S>,
+    seed: u64,
+    occupancy: Occupancy,
+) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
     match occupancy {
         Occupancy::Counted => CuckooFilter::with_storage(table, seed),
         Occupancy::Unknown => CuckooFilter::with_storage_and_len(table, seed, 0),

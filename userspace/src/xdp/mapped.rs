@@ -1,7 +1,8 @@
 //! Shared memory of `BPF_F_MMAPABLE` array maps, mapped into this process.
 //!
-//! A [`MappedMap`] is the whole value area of an array map (elements
-//! `round_up(value_size, 8)` bytes apart, from offset 0), shared with the
+//! A [`MappedMap`] is the value area of an array map (elements
+//! `round_up(value_size, 8)` bytes apart, from offset 0), or whole pages of
+//! it ([`MappedMap::pages`]), shared with the
 //! kernel and every other process that maps the same map: stores are seen by
 //! the XDP program at once, without a syscall. [`MappedValue`] views a
 //! single-element map as one `T`, with atomic access to its 32- and 64-bit
@@ -30,11 +31,23 @@ impl MappedMap {
     /// Maps the first `bytes` bytes (rounded up to whole pages) of the map
     /// behind `fd`, which must be an mmapable array at least that large.
     pub fn new(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let len = bytes.max(1).div_ceil(page) * page;
+        Self::pages(fd, 0, bytes.max(1).div_ceil(page_size()))
+    }
+
+    /// Maps `count` pages of the map behind `fd` from page `first` on
+    /// (offset 0 of the mapping is byte `first * page_size()` of the value
+    /// area). The kernel fills a mapping's page tables when it is made, so
+    /// a few pages of a large table cost far less than all of it.
+    pub fn pages(fd: BorrowedFd<'_>, first: usize, count: usize) -> io::Result<Self> {
+        let page = page_size();
+        let too_far = || io::Error::other("page range of a BPF map out of bounds");
+        let len = count.max(1).checked_mul(page).ok_or_else(too_far)?;
+        let offset = first
+            .checked_mul(page)
+            .and_then(|offset| libc::off_t::try_from(offset).ok())
+            .ok_or_else(too_far)?;
         // SAFETY: a fresh shared mapping of a file descriptor we borrow; the
-        // kernel checks that the map is mmapable and large enough.
+        // kernel checks that the map is mmapable and holds the range.
         let address = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -42,7 +55,7 @@ impl MappedMap {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
-                0,
+                offset,
             )
         };
         if address == libc::MAP_FAILED {
@@ -119,6 +132,13 @@ impl MappedMap {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
         Some(())
     }
+}
+
+/// The size of a memory page.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
 }
 
 impl Drop for MappedMap {

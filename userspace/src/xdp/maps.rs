@@ -321,6 +321,18 @@ impl BlocklistMaps {
         Ok(FilterTable::from_map(self.live_table_map()?)?)
     }
 
+    /// The live filter table mapped only in the pages of `buckets` (see
+    /// [`FilterTable::from_map_pages`]).
+    pub fn live_table_pages<F: TableFingerprint, const S: usize>(
+        &mut self,
+        buckets: &[usize],
+    ) -> Result<FilterTable<F, S>> {
+        Ok(FilterTable::from_map_pages(
+            self.live_table_map()?,
+            buckets,
+        )?)
+    }
+
     /// Makes `table` with `profile` and `prefilter` live, atomically for
     /// every packet (see the module documentation). The previous table is
     /// released. `table` must have [`Self::bucket_count`] buckets, and the

@@ -11,6 +11,15 @@
 //! source, a live insert never hides a listed key. [`FilterTable::fill`]
 //! copies a whole table built elsewhere (fast bulk fill) into a table that is
 //! not live yet.
+//!
+//! A table is mapped whole ([`FilterTable::from_map`]), or only in the
+//! pages that hold some buckets ([`FilterTable::from_map_pages`]): the
+//! kernel fills every page-table entry of a mapping when it is made, so
+//! mapping a 4 MiB table costs about as much as the rest of a one-entry
+//! update. Buckets outside the mapped pages read as empty and ignore
+//! writes, so a caller of `from_map_pages` must touch only the buckets it
+//! named (the core's lookups and removals touch a key's two candidate
+//! buckets; its insertions too, while one of them has a free slot).
 
 use std::marker::PhantomData;
 use std::os::fd::AsFd;
@@ -20,7 +29,7 @@ use aya::maps::{MapData, MapError};
 use blocklist_ebpf::FILTER_TABLE_FLAGS;
 use filter_core::{BucketStorage, Fingerprint};
 
-use super::mapped::MappedMap;
+use super::mapped::{page_size, MappedMap};
 
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 
@@ -64,6 +73,9 @@ pub enum TableError {
     /// The map could not be mapped into memory.
     #[error("cannot mmap the filter table: {0}")]
     Mmap(#[from] std::io::Error),
+    /// `fill` on a table mapped only in part.
+    #[error("cannot fill a filter table mapped only in the pages of some buckets")]
+    PartlyMapped,
 }
 
 /// A fingerprint type that can be stored in and loaded from shared map
@@ -95,9 +107,36 @@ impl_table_fingerprint!(u8 => atomic_u8, u16 => atomic_u16, u32 => atomic_u32);
 #[derive(Debug)]
 pub struct FilterTable<F, const S: usize> {
     map: MapData,
-    memory: MappedMap,
+    memory: TableMemory,
     bucket_count: usize,
     fingerprint: PhantomData<F>,
+}
+
+/// The part of a table mapped into this process.
+#[derive(Debug)]
+enum TableMemory {
+    /// All of it.
+    Whole(MappedMap),
+    /// Single pages, by page number, sorted.
+    Pages {
+        page_size: usize,
+        pages: Vec<(usize, MappedMap)>,
+    },
+}
+
+impl TableMemory {
+    /// The mapping holding the table's byte `offset`, and the offset in it.
+    fn at(&self, offset: usize) -> Option<(&MappedMap, usize)> {
+        match self {
+            Self::Whole(memory) => Some((memory, offset)),
+            Self::Pages { page_size, pages } => {
+                let page = offset / page_size;
+                let found = pages.binary_search_by_key(&page, |&(number, _)| number);
+                let (_, memory) = pages.get(found.ok()?)?;
+                Some((memory, offset % page_size))
+            }
+        }
+    }
 }
 
 impl<F: TableFingerprint, const S: usize> FilterTable<F, S> {
@@ -120,8 +159,49 @@ impl<F: TableFingerprint, const S: usize> FilterTable<F, S> {
     }
 
     /// Opens an existing table (from an outer-map slot or a pin), checking
-    /// that it has this type's shape.
+    /// that it has this type's shape, and maps all of it.
     pub fn from_map(map: MapData) -> Result<Self, TableError> {
+        let bucket_count = Self::check_shape(&map)?;
+        let memory = MappedMap::new(map.fd().as_fd(), bucket_count * Self::BUCKET_BYTES)?;
+        Ok(Self {
+            map,
+            memory: TableMemory::Whole(memory),
+            bucket_count,
+            fingerprint: PhantomData,
+        })
+    }
+
+    /// Opens an existing table like [`Self::from_map`], but maps only the
+    /// pages that hold `buckets` (see the module documentation for what
+    /// the caller may then touch). Buckets out of range are left out.
+    pub fn from_map_pages(map: MapData, buckets: &[usize]) -> Result<Self, TableError> {
+        let bucket_count = Self::check_shape(&map)?;
+        let page_size = page_size();
+        let mut numbers: Vec<usize> = buckets
+            .iter()
+            .filter(|&&bucket| bucket < bucket_count)
+            .flat_map(|&bucket| {
+                let first_byte = bucket * Self::BUCKET_BYTES;
+                let last_byte = first_byte + Self::BUCKET_BYTES - 1;
+                [first_byte / page_size, last_byte / page_size]
+            })
+            .collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        let pages = numbers
+            .into_iter()
+            .map(|number| Ok((number, MappedMap::pages(map.fd().as_fd(), number, 1)?)))
+            .collect::<Result<_, TableError>>()?;
+        Ok(Self {
+            map,
+            memory: TableMemory::Pages { page_size, pages },
+            bucket_count,
+            fingerprint: PhantomData,
+        })
+    }
+
+    /// The bucket count of `map`, if it has this type's shape.
+    fn check_shape(map: &MapData) -> Result<usize, TableError> {
         let info = map.info()?;
         let (value_size, max_entries, flags) =
             (info.value_size(), info.max_entries(), info.map_flags());
@@ -136,14 +216,7 @@ impl<F: TableFingerprint, const S: usize> FilterTable<F, S> {
                 flags,
             });
         }
-        let bucket_count = max_entries as usize;
-        let memory = MappedMap::new(map.fd().as_fd(), bucket_count * Self::BUCKET_BYTES)?;
-        Ok(Self {
-            map,
-            memory,
-            bucket_count,
-            fingerprint: PhantomData,
-        })
+        Ok(max_entries as usize)
     }
 
     /// The map, to install it in an outer-map slot or pin it.
@@ -160,6 +233,9 @@ impl<F: TableFingerprint, const S: usize> FilterTable<F, S> {
     /// in a `Vec`) into the map. Not atomic: only for a table that is not
     /// live yet.
     pub fn fill(&mut self, buckets: &[[F; S]]) -> Result<(), TableError> {
+        let TableMemory::Whole(memory) = &self.memory else {
+            return Err(TableError::PartlyMapped);
+        };
         if buckets.len() != self.bucket_count {
             return Err(TableError::SizeMismatch {
                 table: self.bucket_count,
@@ -174,12 +250,10 @@ impl<F: TableFingerprint, const S: usize> FilterTable<F, S> {
                 std::mem::size_of_val(buckets),
             )
         };
-        self.memory
-            .copy_from(0, bytes)
-            .ok_or(TableError::SizeMismatch {
-                table: self.bucket_count,
-                given: buckets.len(),
-            })
+        memory.copy_from(0, bytes).ok_or(TableError::SizeMismatch {
+            table: self.bucket_count,
+            given: buckets.len(),
+        })
     }
 
     fn slot_offset(index: usize, slot: usize) -> usize {
@@ -196,7 +270,11 @@ impl<F: TableFingerprint, const S: usize> BucketStorage<F, S> for FilterTable<F,
         let mut bucket = [F::EMPTY; S];
         if index < self.bucket_count {
             for (slot, value) in bucket.iter_mut().enumerate() {
-                *value = F::load(&self.memory, Self::slot_offset(index, slot)).unwrap_or(F::EMPTY);
+                *value = self
+                    .memory
+                    .at(Self::slot_offset(index, slot))
+                    .and_then(|(memory, offset)| F::load(memory, offset))
+                    .unwrap_or(F::EMPTY);
             }
         }
         bucket
@@ -204,8 +282,11 @@ impl<F: TableFingerprint, const S: usize> BucketStorage<F, S> for FilterTable<F,
 
     fn set_slot(&mut self, index: usize, slot: usize, fingerprint: F) {
         if index < self.bucket_count && slot < S {
-            // In range by the check above, so the store cannot miss.
-            let _ = F::store(&self.memory, Self::slot_offset(index, slot), fingerprint);
+            // In range by the check above, so the store misses only a page
+            // a partly mapped table left out.
+            if let Some((memory, offset)) = self.memory.at(Self::slot_offset(index, slot)) {
+                let _ = F::store(memory, offset, fingerprint);
+            }
         }
     }
 }

@@ -55,8 +55,13 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
     )?;
     control.set_force(global.force);
     // Every command first ends the listings that have expired.
-    control.expire_due()?;
-    on_store(global, &mut control, command)
+    let outcome = control
+        .expire_due()
+        .map_err(anyhow::Error::from)
+        .and_then(|_| on_store(global, &mut control, command));
+    // cfctl exits right after the command: the store need not be closed.
+    control.close_at_exit();
+    outcome
 }
 
 /// Runs a command that needs the store.
