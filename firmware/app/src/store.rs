@@ -21,7 +21,9 @@
 //! hold the image in use: it erases that slot (the record first, as it sits
 //! in the slot's first erase unit), writes the snapshot, reads it back
 //! through [`SnapshotLoader`] to check header, length, CRC and item count,
-//! and only then writes the commit record with the next sequence number. At
+//! and only then writes the commit record with the next sequence number
+//! (one more than the image in use, so that the two slots' numbers are
+//! always one apart once a save succeeds). At
 //! boot the valid record with the newest sequence (serial-number
 //! arithmetic: the number after `u32::MAX` is 0) whose snapshot also
 //! checks out is loaded. An interrupted erase or write leaves that slot
@@ -261,6 +263,10 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                 && read_snapshot(self, slot, record.image_len, filter).is_ok()
             {
                 self.current_slot = Some(slot);
+                // The next image beats this one by one. A record numbered
+                // from a damaged image could be 2^31 away from it, which
+                // serial-number arithmetic cannot order.
+                self.next_sequence = record.sequence.wrapping_add(1);
                 return Some(Image {
                     sequence: record.sequence,
                     prefix_lengths: record.prefix_lengths,
@@ -549,6 +555,45 @@ mod tests {
         assert!(loaded.contains(&2u64));
         assert!(is_newer(0, u32::MAX) && is_newer(5, 4) && !is_newer(4, 5));
         assert!(!is_newer(7, 7));
+    }
+
+    #[test]
+    fn the_image_saved_after_a_boot_beats_a_damaged_image_of_any_number() {
+        // Found by the flash_image fuzz target: the other slot held a record
+        // numbered 2^31 whose snapshot was damaged, so boot loaded image 1,
+        // but the save took number 2^31 + 1 from the damaged record, exactly
+        // 2^31 after image 1, which serial-number arithmetic cannot order:
+        // the next boot loaded image 1 again and the save was lost.
+        let layout = SlotLayout {
+            offsets: [0, 1024],
+            slot_len: 1024,
+        };
+        let mut memory = [0xffu8; 2048];
+        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        assert!(filter.insert(&1u64).is_ok());
+        let saved = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout)
+            .save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(1));
+        // Slot 1: a record numbered 2^31 over a snapshot that fails its CRC.
+        let damaged = Record {
+            sequence: 1 << 31,
+            ..sample()
+        };
+        memory[1024..1024 + record::LEN].copy_from_slice(&damaged.encode());
+
+        assert!(filter.insert(&2u64).is_ok());
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(1));
+        let saved = store.save(&filter, PrefixLengths::new());
+        assert_eq!(saved.map(|image| image.sequence), Ok(2));
+
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
+        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(sequence, Some(2), "the saved image was not loaded");
+        assert!(loaded.contains(&2u64));
     }
 
     #[test]
