@@ -70,6 +70,8 @@ fn the_reader_waits_for_a_byte_then_takes_what_has_come() {
         if idle_calls == 3 {
             [7, 8, 9].into_iter().for_each(|byte| ring.push(byte));
         }
+        // A reader that misses the bytes fails here rather than hangs.
+        assert!(idle_calls < 100, "the reader did not see the pushed bytes");
     });
     let mut buffer = [0u8; 8];
     assert_eq!(reader.read(&mut buffer).unwrap(), 3);
