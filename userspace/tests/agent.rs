@@ -92,15 +92,27 @@ fn sighup_takes_a_good_configuration_and_refuses_a_bad_one() {
     first.set(Answer::List("198.18.145.5\n".to_owned()));
     wait_for("the old feed refreshed", || listed(&cfctl, "198.18.145.5"));
 
-    // A good one replaces the feeds: the new feed's entries arrive; the
-    // feed that left keeps its last list (only a refresh changes a feed's
-    // source) until `cfctl del --source` removes it.
+    // A good one replaces the feeds: the new feed's entries arrive, and
+    // the feed that left takes its entries with it, but not an entry that
+    // another source lists too.
+    cfctl.ok(&["add", "198.18.145.5"]);
     agent.reload(&feed_config("two", &second.url(), ""));
     wait_for("the second feed", || listed(&cfctl, "198.18.145.4"));
-    assert!(listed(&cfctl, "198.18.145.5"));
-    cfctl.ok(&["del", "--source", "feed:one", "198.18.145.5"]);
-    assert!(!listed(&cfctl, "198.18.145.5"));
-    assert_eq!(cfctl.json(&["status"])["agent"]["feeds"][0], "two");
+    wait_for("the first feed withdrawn", || {
+        cfctl
+            .ok(&["list", "--source", "feed:one"])
+            .trim()
+            .is_empty()
+    });
+    assert!(listed(&cfctl, "198.18.145.5"), "the cli's entry stays");
+    assert!(agent.log().contains("feed no longer configured"));
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["agent"]["feeds"][0], "two");
+    let feeds = status["feeds"].as_array().cloned().unwrap_or_default();
+    assert!(
+        feeds.iter().all(|feed| feed["name"] != "one"),
+        "the state of the feed that left is forgotten: {status}"
+    );
     assert!(agent.terminate().success());
 }
 

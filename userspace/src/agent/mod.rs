@@ -6,7 +6,10 @@
 //! * **feeds** ([`feed`]): each feed is fetched when due (network I/O,
 //!   outside any lock) and its list becomes all that its source
 //!   `feed:NAME` lists, in one change; a failed fetch or a bad list keeps
-//!   the last good one;
+//!   the last good one. The configuration declares the feeds: after the
+//!   first pass that follows a start or a reload, a `feed:` source the
+//!   configuration no longer names (for that list) lists nothing, and its
+//!   recorded state is gone;
 //! * **expiry**: listings whose time has come end in one batched change
 //!   per list; the agent sleeps until the next expiry, and at most
 //!   [`MAX_IDLE`] at a time, so one a command adds is seen in time;
@@ -29,7 +32,7 @@ pub mod crowdsec;
 pub mod feed;
 pub mod metrics;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -153,6 +156,7 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         metrics,
         due: HashMap::new(),
         lapi: Lapi::default(),
+        retire_pending: true,
     };
     agent.record_state(&config)?;
     tracing::info!(feeds = config.feeds.len(), metrics = ?config.metrics, "agent started");
@@ -187,6 +191,9 @@ struct Agent {
     due: HashMap<String, Instant>,
     /// How the CrowdSec LAPI is followed.
     lapi: Lapi,
+    /// Whether feeds the configuration no longer names may still list
+    /// entries (after a start or a reload).
+    retire_pending: bool,
 }
 
 /// What the agent keeps in memory about the CrowdSec LAPI it follows.
@@ -235,6 +242,7 @@ impl Agent {
                 if new.crowdsec != old.crowdsec {
                     self.lapi = Lapi::default();
                 }
+                self.retire_pending = true;
                 if let Err(error) = self.record_state(&new) {
                     tracing::warn!(%error, "cannot record the agent's state");
                 }
@@ -276,6 +284,12 @@ impl Agent {
         for fetch in fetches {
             let mut state = states.get(&fetch.feed.name).cloned().unwrap_or_default();
             self.apply(&mut control, fetch, &mut state)?;
+        }
+        if self.retire_pending {
+            // After the fetches, so that a renamed feed's new list is in
+            // before the old one goes.
+            retire_unconfigured_feeds(&mut control, config)?;
+            self.retire_pending = false;
         }
         drop(control);
         if let Some(lapi) = &config.crowdsec {
@@ -533,4 +547,51 @@ impl Agent {
         txn.commit()?;
         Ok(())
     }
+}
+
+/// Empties every `feed:` source that `config` does not name for its list,
+/// in one change per source, and forgets the state of feeds it does not
+/// name at all: a `feed:` source belongs to the agent, and the
+/// configuration says which feeds there are.
+fn retire_unconfigured_feeds(control: &mut Control, config: &Config) -> Result<(), AgentError> {
+    for list in ListKind::ALL {
+        let configured: HashSet<String> = config
+            .feeds
+            .iter()
+            .filter(|feed| feed.list == list)
+            .map(FeedConfig::source)
+            .collect();
+        for (source, count) in control.store().source_counts(list)? {
+            if !source.starts_with("feed:") || configured.contains(&source) || count == 0 {
+                continue;
+            }
+            let change = Change::Replace {
+                source: &source,
+                entries: &[],
+            };
+            let report = control.change(list, change, &NoProgress)?;
+            tracing::info!(
+                %source,
+                list = list.name(),
+                withdrawn = report.deleted,
+                "feed no longer configured: its entries are withdrawn"
+            );
+        }
+    }
+    let named: HashSet<&str> = config.feeds.iter().map(|feed| feed.name.as_str()).collect();
+    let forgotten: Vec<String> = control
+        .store()
+        .feed_states()?
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !named.contains(name.as_str()))
+        .collect();
+    if !forgotten.is_empty() {
+        let mut txn = control.store().begin()?;
+        for name in &forgotten {
+            txn.remove_feed_state(name)?;
+        }
+        txn.commit()?;
+    }
+    Ok(())
 }

@@ -652,6 +652,16 @@ impl StoreTransaction<'_> {
         self.put(FEEDS, name, &json)
     }
 
+    /// Forgets the state of feed `name` (a feed no longer configured).
+    pub fn remove_feed_state(&mut self, name: &str) -> Result<(), StoreError> {
+        let store = self.store;
+        store.guarded(|| {
+            let mut table = self.txn.open_table(FEEDS).in_store(store)?;
+            table.remove(name).in_store(store)?;
+            Ok(())
+        })
+    }
+
     fn put(
         &mut self,
         table: redb::TableDefinition<&str, &str>,
