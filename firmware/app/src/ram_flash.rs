@@ -84,3 +84,32 @@ impl<const WRITE: usize, const ERASE: usize> NorFlash for RamFlash<'_, WRITE, ER
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accesses_must_be_aligned_to_their_unit_in_offset_and_length() {
+        let mut memory = [0xffu8; 1024];
+        let mut flash = RamFlash::<4, 256>::new(&mut memory);
+        assert_eq!(flash.capacity(), 1024);
+        let not_aligned = Err(RamFlashError(NorFlashErrorKind::NotAligned));
+        assert_eq!(flash.write(2, &[0; 4]), not_aligned);
+        assert_eq!(flash.write(4, &[0; 2]), not_aligned);
+        assert_eq!(flash.erase(128, 384), not_aligned);
+        assert_eq!(
+            flash.write(1024, &[0; 4]),
+            Err(RamFlashError(NorFlashErrorKind::OutOfBounds))
+        );
+        assert_eq!(flash.write(4, &[0x0f; 4]), Ok(()));
+        assert_eq!(flash.write(4, &[0xf0; 4]), Ok(()));
+        let mut read = [0u8; 12];
+        assert_eq!(flash.read(0, &mut read), Ok(()));
+        assert_eq!(
+            read,
+            [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]
+        );
+    }
+}

@@ -248,14 +248,11 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         filter: &mut CuckooFilter<F, S, B>,
     ) -> Option<Image> {
         let mut records = [(0usize, self.record(0)), (1, self.record(1))];
-        // Newest first (a slot without a record last).
-        let swap = match records {
-            [(_, Some(first)), (_, Some(second))] => is_newer(second.sequence, first.sequence),
-            [(_, None), _] => true,
-            _ => false,
-        };
-        if swap {
-            records.swap(0, 1);
+        // Newest first; a slot without a record is skipped below.
+        if let [(_, Some(first)), (_, Some(second))] = records {
+            if is_newer(second.sequence, first.sequence) {
+                records.swap(0, 1);
+            }
         }
         for (slot, record) in records {
             let Some(record) = record else { continue };
@@ -594,6 +591,58 @@ mod tests {
         let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
         assert_eq!(sequence, Some(2), "the saved image was not loaded");
         assert!(loaded.contains(&2u64));
+    }
+
+    const LAYOUT: SlotLayout = SlotLayout {
+        offsets: [0, 1024],
+        slot_len: 1024,
+    };
+
+    #[test]
+    fn images_fill_a_slot_to_the_byte_and_not_one_more() {
+        let mut memory = [0xffu8; 2048];
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
+        let room = LAYOUT.slot_len - RECORD_LEN;
+        assert_eq!(store.begin(room), Ok(()));
+        assert_eq!(store.begin(room + 1), Err(StoreError::ImageTooLarge));
+        assert_eq!(store.write_image(room - 4, &[1, 2, 3, 4]), Ok(()));
+        assert_eq!(
+            store.write_image(room, &[1, 2, 3, 4]),
+            Err(StoreError::ImageTooLarge)
+        );
+    }
+
+    #[test]
+    fn a_ragged_last_write_lands_after_the_aligned_part_padded_with_erased_bytes() {
+        let mut memory = [0xffu8; 2048];
+        {
+            let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
+            assert_eq!(store.begin(15), Ok(()));
+            assert_eq!(store.write_image(0, &[9; 8]), Ok(()));
+            assert_eq!(store.write_image(8, &[1, 2, 3, 4, 5, 6, 7]), Ok(()));
+        }
+        // The spare slot of a store without an image is slot 0.
+        let image = &memory[RECORD_LEN as usize..RECORD_LEN as usize + 20];
+        assert_eq!(
+            image,
+            [9, 9, 9, 9, 9, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 0xff, 0xff, 0xff, 0xff, 0xff]
+        );
+    }
+
+    #[test]
+    fn each_save_takes_the_next_number_and_the_newer_of_two_loads() {
+        let mut memory = [0xffu8; 2048];
+        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
+        assert_eq!(store.current_sequence(), None);
+        for expected in 1..=3 {
+            assert!(filter.insert(&expected).is_ok());
+            let saved = store.save(&filter, PrefixLengths::new());
+            assert_eq!(saved.map(|image| image.sequence), Ok(expected));
+            assert_eq!(store.current_sequence(), Some(expected));
+        }
+        assert!(is_newer(10, 3) && !is_newer(3, 10));
+        assert!(is_newer(3, u32::MAX - 5) && !is_newer(u32::MAX - 5, 3));
     }
 
     #[test]

@@ -386,7 +386,8 @@ fn fills_up_without_losing_an_entry() {
     let mut filter = Filter::new(0);
     let mut device = boot(&mut filter, &mut memory);
     let mut added = Vec::new();
-    for value in 0u64.. {
+    // 256 slots: a device that never says full fails here, not hangs.
+    for value in 0u64..1024 {
         match ask(&mut device, Request::Add(Item::U64(value))) {
             Response::Added => added.push(value),
             Response::Error(Error::Full { added: 0 }) => break,
@@ -394,12 +395,56 @@ fn fills_up_without_losing_an_entry() {
         }
     }
     assert!(added.len() > 200, "only {} entries fit", added.len());
+    assert!(added.len() <= 256, "{} entries in 256 slots", added.len());
     for value in added {
         assert_eq!(
             ask(&mut device, Request::Check(Item::U64(value))),
             Response::Checked { present: true }
         );
     }
+}
+
+#[test]
+fn snapshot_chunks_of_the_largest_size_are_taken_and_longer_ones_refused() {
+    // A filter whose snapshot is longer than two chunks, in larger slots.
+    let layout = SlotLayout {
+        offsets: [0, 4096],
+        slot_len: 4096,
+    };
+    let mut memory = vec![0xff; 8192];
+    let mut filter = StaticCuckooFilter::<u16, 4, 256>::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        RamFlash::<WRITE, ERASE>::new(&mut memory),
+        layout,
+        SEED,
+    );
+    let total_len = device.filter().snapshot_len() as u32;
+    assert!(total_len as usize > MAX_CHUNK_LEN + protocol::CHUNK_ALIGN);
+    let begin = Request::SnapshotBegin {
+        total_len,
+        prefix_lengths: PrefixLengths::new(),
+    };
+    assert_eq!(device.answer(begin), Response::SnapshotStarted);
+    let bytes = [0x5au8; MAX_CHUNK_LEN + protocol::CHUNK_ALIGN];
+    let too_long = Request::SnapshotChunk {
+        offset: 0,
+        data: &bytes,
+    };
+    assert_eq!(
+        device.answer(too_long),
+        Response::Error(Error::SnapshotChunk { expected_offset: 0 })
+    );
+    let largest = Request::SnapshotChunk {
+        offset: 0,
+        data: &bytes[..MAX_CHUNK_LEN],
+    };
+    assert_eq!(
+        device.answer(largest),
+        Response::ChunkAccepted {
+            received: MAX_CHUNK_LEN as u32
+        }
+    );
 }
 
 /// Uploads a snapshot in chunks; returns the commit's response, or the
