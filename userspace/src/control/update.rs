@@ -493,6 +493,8 @@ impl Control {
         }
         let mut markers = HashSet::new();
         let mut ipv4_blocks = HashSet::new();
+        // Blocks share their shorter prefixes: each is looked up once.
+        let mut containing = HashSet::new();
         let mut check_ipv6 = false;
         for bit in candidates {
             match bit.family {
@@ -500,14 +502,14 @@ impl Control {
                     if ipv4_blocks.insert(bit.block) {
                         let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
                         let block = IpNet::new_assert(first, 16);
-                        let containing = prefixes_of(first, 0..16);
+                        containing.extend(prefixes_of(first, 0..16));
                         markers.extend(self.store.nets_within(ListKind::Blocklist, &block)?);
-                        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
                     }
                 }
                 AddressFamily::Ipv6 => check_ipv6 = true,
             }
         }
+        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
         if check_ipv6 {
             let every_ipv6 = IpNet::V6(Ipv6Net::default());
             let ipv6 = self.store.nets_within(ListKind::Blocklist, &every_ipv6)?;
