@@ -246,9 +246,11 @@ fn run(operations: &[Operation]) {
                     assert_eq!(report.already_listed.len(), kept, "{operation:?}");
                     assert_eq!(report.repeated, repeated, "{operation:?}");
                 } else {
-                    let report = txn
-                        .replace(ListKind::Blocklist, source, entries)
+                    // What the writes run beside is told is what they did.
+                    let (report, told) = txn
+                        .replace_beside(ListKind::Blocklist, source, entries, Clone::clone)
                         .expect("a replace");
+                    assert_eq!(told, report, "{operation:?}");
                     assert_eq!(sorted(report.added), sorted(added), "{operation:?}");
                     assert_eq!(sorted(report.joined), sorted(joined), "{operation:?}");
                     assert_eq!(sorted(report.removed), sorted(removed), "{operation:?}");

@@ -312,12 +312,14 @@ fn more_invalid(count: usize) -> String {
 /// the IPv4 network it maps.
 pub fn parse_net(text: &str) -> Result<IpNet, LineProblem> {
     let text = text.trim();
-    let net = match text.parse::<IpNet>() {
-        Ok(net) => net,
-        Err(_) => match text.parse::<IpAddr>() {
-            Ok(address) => IpNet::from(address),
-            Err(_) => return Err(cidr_problem(text)),
-        },
+    // Most lines of a large list are bare addresses: read those as one,
+    // without a CIDR parse that would fail first.
+    let parsed = match text.contains('/') {
+        true => text.parse::<IpNet>().ok(),
+        false => text.parse::<IpAddr>().ok().map(IpNet::from),
+    };
+    let Some(net) = parsed else {
+        return Err(cidr_problem(text));
     };
     if net.addr() != net.network() {
         return Err(LineProblem::HostBitsSet {

@@ -51,7 +51,7 @@ use super::Control;
 use crate::plan::{
     prefixes_of, ActiveLengths, KeyDiff, KeyPlan, KeySharing, PlanError, PlanLimits,
 };
-use crate::store::{ListKind, NewEntry, StoreTransaction, ROWS_PER_LOOKUP};
+use crate::store::{ListKind, NewEntry, Store, StoreTransaction, ROWS_PER_LOOKUP};
 use crate::xdp::{LiveFilter, XdpError};
 
 /// Changes of at least this many entries, and more than a
@@ -278,7 +278,20 @@ impl Control {
             not_listed: Vec::new(),
             filter: FilterUpdate::NotAttached,
         };
-        let recorded = record(&mut txn, list, &change, &mut report, progress)?;
+        // The exact diff of a blocklist change for the live filter, planned
+        // from the committed store while the transaction is written.
+        let lengths = live
+            .as_ref()
+            .filter(|_| list == ListKind::Blocklist)
+            .map(LiveFilter::lengths);
+        let limits = self.settings()?.plan_limits;
+        let store = &self.store;
+        let plan = |added: &[IpNet], removed: &[IpNet]| {
+            let lengths = lengths.as_ref()?;
+            let changed = added.len() + removed.len();
+            (changed > 0).then(|| planned_diff(store, added, removed, lengths, limits))
+        };
+        let (recorded, planned) = record(&mut txn, list, &change, &mut report, progress, plan)?;
         let Some(mut live) = live else {
             progress.start("committing", 0);
             txn.commit()?;
@@ -292,7 +305,11 @@ impl Control {
         live.begin_update();
         let updated = match list {
             ListKind::Allowlist => self.update_allowlist(&mut live, txn, &recorded),
-            ListKind::Blocklist => self.update_blocklist(&mut live, txn, &recorded, progress),
+            ListKind::Blocklist => {
+                // Without a plan: whole tables.
+                let planned = planned.unwrap_or(Ok(None));
+                self.update_blocklist(&mut live, txn, &recorded, planned, limits, progress)
+            }
         };
         if updated.is_ok() {
             live.end_update();
@@ -321,34 +338,24 @@ impl Control {
         Ok(FilterUpdate::Allowlist)
     }
 
-    /// Steps 3 to 5 for the blocklist: an exact diff for a small change,
-    /// whole tables for a large one or one the live lengths cannot take.
+    /// Steps 3 to 5 for the blocklist: the `planned` exact diff for a
+    /// small change, whole tables for a large one or one the live lengths
+    /// cannot take.
     fn update_blocklist(
         &self,
         live: &mut LiveFilter,
         txn: StoreTransaction<'_>,
         recorded: &Recorded,
+        planned: Result<Option<KeyDiff>>,
+        limits: PlanLimits,
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
-        let limits = self.settings()?.plan_limits;
-        progress.start("planning filter keys", 0);
-        let changed = recorded.added.len() + recorded.removed.len();
-        let listed =
-            usize::try_from(self.store.entry_count(ListKind::Blocklist)?).unwrap_or(usize::MAX);
-        let small = changed < BULK_ENTRIES || changed.saturating_mul(BULK_SHARE) <= listed;
-        let plan = match small {
-            true => self.plan_around(recorded, listed, &live.lengths(), limits)?,
-            false => None,
-        };
-        let txn = match plan.map(|mut plan| plan.update(&recorded.added, &recorded.removed)) {
-            Some(Ok(diff)) => match self.write_diff(live, txn, &diff, limits, progress)? {
+        let txn = match planned? {
+            Some(diff) => match self.write_diff(live, txn, &diff, limits, progress)? {
                 Written::Done(update) => return Ok(update),
                 Written::TooFull(txn) => *txn,
             },
-            Some(Err(error)) if !matches!(error, PlanError::RebuildNeeded(_)) => {
-                return Err(error.into())
-            }
-            _ => txn,
+            None => txn,
         };
         // A bulk change, a rebuild the plan asks for, a live filter whose
         // lengths no longer fit the store, or a change whose new keys do
@@ -467,39 +474,6 @@ impl Control {
         Ok(())
     }
 
-    /// A plan of the committed entries that can share a filter key with the
-    /// `recorded` change under the live `lengths` ([`KeySharing`]): enough
-    /// for an exact diff of that change. A small change looks its
-    /// candidates up; one whose candidates would outnumber a
-    /// [`ROWS_PER_LOOKUP`]th of the `listed` entries reads the list once
-    /// instead.
-    /// `None` when the plan needs other lengths (then the caller rebuilds
-    /// from the whole store).
-    fn plan_around(
-        &self,
-        recorded: &Recorded,
-        listed: usize,
-        lengths: &ActiveLengths,
-        limits: PlanLimits,
-    ) -> Result<Option<KeyPlan>> {
-        let changed = recorded.added.iter().chain(&recorded.removed).copied();
-        let sharing = KeySharing::new(changed, lengths);
-        let max_lookups = listed / usize::try_from(ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
-        let stored = match sharing.candidates(max_lookups.min(MAX_CANDIDATES)) {
-            Some(candidates) => self.store.existing(ListKind::Blocklist, candidates)?,
-            None => {
-                let mut every = self.store.nets(ListKind::Blocklist)?;
-                every.retain(|net| sharing.shares(net));
-                every
-            }
-        };
-        match KeyPlan::with_lengths(stored, lengths.clone(), limits) {
-            Ok(plan) => Ok(Some(plan)),
-            Err(PlanError::RebuildNeeded(_)) => Ok(None),
-            Err(error) => Err(error.into()),
-        }
-    }
-
     /// Clears those of `candidates`, the prefilter bits that a plan of the
     /// entries around a committed change no longer needs, that no stored
     /// entry needs: each is checked against a plan of every entry that can
@@ -519,6 +493,8 @@ impl Control {
         }
         let mut markers = HashSet::new();
         let mut ipv4_blocks = HashSet::new();
+        // Blocks share their shorter prefixes: each is looked up once.
+        let mut containing = HashSet::new();
         let mut check_ipv6 = false;
         for bit in candidates {
             match bit.family {
@@ -526,14 +502,14 @@ impl Control {
                     if ipv4_blocks.insert(bit.block) {
                         let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
                         let block = IpNet::new_assert(first, 16);
-                        let containing = prefixes_of(first, 0..16);
+                        containing.extend(prefixes_of(first, 0..16));
                         markers.extend(self.store.nets_within(ListKind::Blocklist, &block)?);
-                        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
                     }
                 }
                 AddressFamily::Ipv6 => check_ipv6 = true,
             }
         }
+        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
         if check_ipv6 {
             let every_ipv6 = IpNet::V6(Ipv6Net::default());
             let ipv6 = self.store.nets_within(ListKind::Blocklist, &every_ipv6)?;
@@ -554,6 +530,61 @@ impl Control {
     }
 }
 
+/// The exact diff of a blocklist change that adds `added` and removes
+/// `removed` (networks the list gains and loses as a whole) under the live
+/// `lengths`, planned from the committed entries around it; `None` for a
+/// bulk change (at least [`BULK_ENTRIES`] and more than a [`BULK_SHARE`]th
+/// of the list) or one that needs other lengths: whole tables then.
+fn planned_diff(
+    store: &Store,
+    added: &[IpNet],
+    removed: &[IpNet],
+    lengths: &ActiveLengths,
+    limits: PlanLimits,
+) -> Result<Option<KeyDiff>> {
+    let changed = added.len() + removed.len();
+    let listed = usize::try_from(store.entry_count(ListKind::Blocklist)?).unwrap_or(usize::MAX);
+    if changed >= BULK_ENTRIES && changed.saturating_mul(BULK_SHARE) > listed {
+        return Ok(None);
+    }
+    let Some(mut plan) = plan_around(store, added, removed, listed, lengths, limits)? else {
+        return Ok(None);
+    };
+    match plan.update(added, removed) {
+        Ok(diff) => Ok(Some(diff)),
+        Err(PlanError::RebuildNeeded(_)) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A plan of the committed entries that can share a filter key with a
+/// change of `added` and `removed` under the live `lengths`
+/// ([`KeySharing`]): enough for an exact diff of that change. A small
+/// change looks its candidates up; one whose candidates would outnumber a
+/// [`ROWS_PER_LOOKUP`]th of the `listed` entries reads the list once
+/// instead. `None` when the plan needs other lengths (then the caller
+/// rebuilds from the whole store).
+fn plan_around(
+    store: &Store,
+    added: &[IpNet],
+    removed: &[IpNet],
+    listed: usize,
+    lengths: &ActiveLengths,
+    limits: PlanLimits,
+) -> Result<Option<KeyPlan>> {
+    let sharing = KeySharing::new(added.iter().chain(removed).copied(), lengths);
+    let max_lookups = listed / usize::try_from(ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
+    let stored = match sharing.candidates(max_lookups.min(MAX_CANDIDATES)) {
+        Some(candidates) => store.existing(ListKind::Blocklist, candidates)?,
+        None => store.nets_where(ListKind::Blocklist, |net| sharing.shares(net))?,
+    };
+    match KeyPlan::with_lengths(stored, lengths.clone(), limits) {
+        Ok(plan) => Ok(Some(plan)),
+        Err(PlanError::RebuildNeeded(_)) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// The error of a write that left the live filter as it was (a full
 /// filter): the update is over, and the way out is a resize.
 fn unchanged(live: &LiveFilter, error: XdpError) -> ControlError {
@@ -561,14 +592,17 @@ fn unchanged(live: &LiveFilter, error: XdpError) -> ControlError {
     WayOut::Resize.explain(error)
 }
 
-/// Step 1: records `change` in `txn` and in `report`.
-fn record(
+/// Step 1: records `change` in `txn` and in `report`, and runs `plan` on
+/// what the list gains and loses (for a replace, beside the store's
+/// writes).
+fn record<P: Send>(
     txn: &mut StoreTransaction<'_>,
     list: ListKind,
     change: &UniqueChange<'_>,
     report: &mut ChangeReport,
     progress: &dyn Progress,
-) -> Result<Recorded> {
+    plan: impl FnOnce(&[IpNet], &[IpNet]) -> P + Send,
+) -> Result<(Recorded, P)> {
     let recorded = match change {
         UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
@@ -592,15 +626,21 @@ fn record(
         }
         UniqueChange::Replace(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.replace(list, source, counted(entries, progress))?;
+            let (stored, planned) =
+                txn.replace_beside(list, source, counted(entries, progress), |stored| {
+                    plan(&stored.added, &stored.removed)
+                })?;
             report.repeated = stored.repeated;
             report.kept = stored.kept;
             report.joined = stored.joined.len();
             report.still_listed = stored.still_listed;
-            Recorded {
+            report.added = stored.added.len();
+            report.deleted = stored.removed.len();
+            let recorded = Recorded {
                 added: stored.added,
                 removed: stored.removed,
-            }
+            };
+            return Ok((recorded, planned));
         }
         UniqueChange::Expire(until) => {
             let stored = txn.expire(list, *until)?;
@@ -613,7 +653,8 @@ fn record(
     };
     report.added = recorded.added.len();
     report.deleted = recorded.removed.len();
-    Ok(recorded)
+    let planned = plan(&recorded.added, &recorded.removed);
+    Ok((recorded, planned))
 }
 
 /// Counts entries through `progress` as they are stored.

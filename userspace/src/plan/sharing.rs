@@ -96,14 +96,21 @@ impl<'a> KeySharing<'a> {
         let Some(target) = self.lengths.target(family, stored.prefix_len()) else {
             return false;
         };
-        // Changed networks inside it: a contiguous run in address order,
-        // from the first at or after it. Those no longer than its target
-        // expand to the same length.
-        let first = self.ordered.partition_point(|net| net < stored);
-        let inside = self.ordered[first..]
-            .iter()
-            .take_while(|net| stored.contains(*net));
-        if inside.into_iter().any(|net| net.prefix_len() <= target) {
+        // Changed networks inside it no longer than its target expand to
+        // the same length. An entry of an active length has one: itself.
+        let inside = match target == stored.prefix_len() {
+            true => self.changed.contains(stored),
+            // A contiguous run in address order, from the first at or
+            // after it.
+            false => {
+                let first = self.ordered.partition_point(|net| net < stored);
+                self.ordered[first..]
+                    .iter()
+                    .take_while(|net| stored.contains(*net))
+                    .any(|net| net.prefix_len() <= target)
+            }
+        };
+        if inside {
             return true;
         }
         // Changed networks containing it, with the same target.

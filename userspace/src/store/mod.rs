@@ -409,14 +409,25 @@ impl Store {
 
     /// The networks of every entry of `list`, IPv4 first, in address order.
     pub fn nets(&self, list: ListKind) -> Result<Vec<IpNet>, StoreError> {
+        self.nets_where(list, |_| true)
+    }
+
+    /// The networks of the entries of `list` that `wanted` accepts, in
+    /// address order: one pass over the list that keeps only those.
+    pub fn nets_where(
+        &self,
+        list: ListKind,
+        wanted: impl FnMut(&IpNet) -> bool,
+    ) -> Result<Vec<IpNet>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
             let members = txn.open_table(list.tables().members).in_store(self)?;
-            self.distinct_nets(members.iter().in_store(self)?)
+            self.distinct_nets(members.iter().in_store(self)?, wanted)
         })
     }
 
-    /// The distinct networks of membership rows in key order.
+    /// The distinct networks of membership rows in key order that `wanted`
+    /// accepts.
     fn distinct_nets<'a>(
         &self,
         rows: impl Iterator<
@@ -428,13 +439,17 @@ impl Store {
                 redb::StorageError,
             >,
         >,
+        mut wanted: impl FnMut(&IpNet) -> bool,
     ) -> Result<Vec<IpNet>, StoreError> {
         let mut nets = Vec::new();
         let mut last: Option<NetBytes> = None;
         for row in rows {
             let (net, _) = row.in_store(self)?.0.value();
             if last != Some(net) {
-                nets.push(self.decode_net(&net)?);
+                let decoded = self.decode_net(&net)?;
+                if wanted(&decoded) {
+                    nets.push(decoded);
+                }
                 last = Some(net);
             }
         }
@@ -496,6 +511,7 @@ impl Store {
                 members
                     .range((first, 0)..=(last, u32::MAX))
                     .in_store(self)?,
+                |_| true,
             )
         })
     }

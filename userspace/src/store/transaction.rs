@@ -160,6 +160,32 @@ impl<'e, 'a> Steps<'e, 'a> {
     }
 }
 
+impl Steps<'_, '_> {
+    /// What taking the steps does to the list, with `repeated` entries
+    /// ignored; `decode` reads a stored network.
+    fn report(
+        &self,
+        repeated: usize,
+        decode: impl Fn(&NetBytes) -> Result<IpNet, StoreError>,
+    ) -> Result<ReplaceReport, StoreError> {
+        let mut report = ReplaceReport {
+            repeated,
+            kept: self.unchanged,
+            ..ReplaceReport::default()
+        };
+        for Step { net, entry, held } in &self.steps {
+            match (entry, held.own.is_some(), held.others) {
+                (Some(_), true, _) => report.kept += 1,
+                (Some(entry), false, true) => report.joined.push(entry.net),
+                (Some(entry), false, false) => report.added.push(entry.net),
+                (None, _, true) => report.still_listed.push(decode(net)?),
+                (None, _, false) => report.removed.push(decode(net)?),
+            }
+        }
+        Ok(report)
+    }
+}
+
 /// How many rows an ordered pass over a list reads in the time of one
 /// range read (lookup) of a network: wanting fewer networks than a
 /// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
@@ -358,18 +384,21 @@ impl<'t> ListWriter<'t> {
         Ok(self.count_leave(others))
     }
 
-    /// Source `source`, which lists `net` beside other sources or not
-    /// (`others`), no longer does.
-    fn leave_held(
-        &mut self,
-        source: u32,
-        net: NetBytes,
-        others: bool,
-    ) -> Result<Moved, redb::Error> {
-        if !self.drop_membership(source, net)? {
-            return Ok(Moved::Nothing);
+    /// Takes one step of a replacement for `source`: lists its entry, or
+    /// leaves its network (which the source lists).
+    fn take_step(&mut self, source: u32, step: Step<'_, '_>) -> Result<(), redb::Error> {
+        let Step { net, entry, held } = step;
+        match entry {
+            Some(entry) => {
+                self.join(source, net, held, entry.comment, entry.expires)?;
+            }
+            None => {
+                if self.drop_membership(source, net)? {
+                    self.count_leave(held.others);
+                }
+            }
         }
-        Ok(self.count_leave(others))
+        Ok(())
     }
 
     /// Removes `source`'s membership of `net` from every table; whether it
@@ -542,46 +571,46 @@ impl StoreTransaction<'_> {
         source: &str,
         entries: impl IntoIterator<Item = NewEntry<'a>>,
     ) -> Result<ReplaceReport, StoreError> {
+        self.replace_beside(list, source, entries, |_| ())
+            .map(|(report, ())| report)
+    }
+
+    /// [`replace`](Self::replace), and `beside` run with its report on
+    /// another thread while the replacement is written: the report is known
+    /// once the list has been read, so work that needs only the change
+    /// (planning the filter keys around it) overlaps the writes. A panic in
+    /// `beside` is resumed here once the writes are done.
+    pub fn replace_beside<'a, R: Send>(
+        &mut self,
+        list: ListKind,
+        source: &str,
+        entries: impl IntoIterator<Item = NewEntry<'a>>,
+        beside: impl FnOnce(&ReplaceReport) -> R + Send,
+    ) -> Result<(ReplaceReport, R), StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
         let (entries, repeated) = in_order(entries);
-        store.guarded(|| {
+        let (report, beside) = store.guarded(|| {
             let mut writer = self.writer(list)?;
             let steps = writer.replacement(source, &entries).in_store(store)?;
-            let mut report = ReplaceReport {
-                repeated,
-                kept: steps.unchanged,
-                ..ReplaceReport::default()
-            };
-            for Step { net, entry, held } in steps.steps {
-                match entry {
-                    Some(entry) => {
-                        let kept = held.own.is_some();
-                        match writer
-                            .join(source, net, held, entry.comment, entry.expires)
-                            .in_store(store)?
-                        {
-                            Moved::List => report.added.push(entry.net),
-                            Moved::OthersToo => report.joined.push(entry.net),
-                            Moved::Nothing => report.kept += usize::from(kept),
-                        }
-                    }
-                    None => {
-                        let decoded = store.decode_net(&net)?;
-                        match writer
-                            .leave_held(source, net, held.others)
-                            .in_store(store)?
-                        {
-                            Moved::List => report.removed.push(decoded),
-                            Moved::OthersToo => report.still_listed.push(decoded),
-                            Moved::Nothing => {}
-                        }
-                    }
-                }
-            }
-            writer.finish().in_store(store)?;
-            Ok(report)
-        })
+            let report = steps.report(repeated, |net| store.decode_net(net))?;
+            std::thread::scope(|scope| {
+                let beside = scope.spawn(|| beside(&report));
+                let written = steps
+                    .steps
+                    .into_iter()
+                    .try_for_each(|step| writer.take_step(source, step))
+                    .and_then(|()| writer.finish())
+                    .in_store(store);
+                let beside = beside.join();
+                written.map(|()| beside)
+            })
+            .map(|beside| (report, beside))
+        })?;
+        match beside {
+            Ok(beside) => Ok((report, beside)),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// Removes from `list` every membership that expires at `until` or
