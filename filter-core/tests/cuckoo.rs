@@ -1,7 +1,8 @@
 //! The cuckoo filter's bookkeeping and the relocation walk on tables set up
-//! by hand: emptiness, the kick budget's clamping, and the walk's first
-//! step from either bucket (an insert whose only way out is through one of
-//! its two buckets succeeds after a few tries either way).
+//! by hand: emptiness, reseeding, the storage sizes accepted, the errors'
+//! texts, the kick budget's clamping, and the walk's first step from either
+//! bucket (an insert whose only way out is through one of its two buckets
+//! succeeds after a few tries either way).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -11,7 +12,9 @@
 
 use filter_core::cuckoo::{DEFAULT_MAX_KICKS, KICK_PATH_CAPACITY};
 use filter_core::layout::alternate_bucket;
-use filter_core::{CuckooFilter, InsertError, KeyHash, StaticCuckooFilter};
+use filter_core::{
+    BucketStorage, CuckooFilter, InsertError, KeyHash, StaticCuckooFilter, StorageError,
+};
 
 #[test]
 fn a_filter_is_empty_until_an_insert_and_after_the_last_remove() {
@@ -21,6 +24,54 @@ fn a_filter_is_empty_until_an_insert_and_after_the_last_remove() {
     assert!(!filter.is_empty());
     assert!(filter.remove(&1u64));
     assert!(filter.is_empty());
+}
+
+#[test]
+fn reseeding_empties_the_filter_and_changes_its_key() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 64>::new(7);
+    filter.insert(&1u64).unwrap();
+    let before = filter.hash(&1u64);
+    filter.reseed(8);
+    assert!(filter.is_empty());
+    assert_eq!(filter.seed(), 8);
+    assert!(!filter.contains(&1u64));
+    assert_ne!(filter.hash(&1u64), before);
+}
+
+/// Storage that only has a size: enough to check what sizes a filter takes.
+struct SizeOnly(usize);
+
+impl BucketStorage<u16, 4> for SizeOnly {
+    fn bucket_count(&self) -> usize {
+        self.0
+    }
+    fn bucket(&self, _index: usize) -> [u16; 4] {
+        [0; 4]
+    }
+    fn set_slot(&mut self, _index: usize, _slot: usize, _fingerprint: u16) {}
+}
+
+#[test]
+fn storage_of_up_to_2_pow_32_slots_in_a_power_of_two_of_buckets_is_taken() {
+    let filter = |buckets| CuckooFilter::<u16, 4, _>::with_storage_and_len(SizeOnly(buckets), 1, 0);
+    assert!(filter(1 << 30).is_ok(), "2^32 slots");
+    assert_eq!(filter(1 << 31).err(), Some(StorageError::TooLarge(1 << 31)));
+    assert_eq!(
+        filter(3 << 10).err(),
+        Some(StorageError::BucketCountNotPowerOfTwo(3 << 10))
+    );
+}
+
+#[test]
+fn errors_say_what_went_wrong() {
+    assert!(InsertError::Full.to_string().contains("full"));
+    assert_eq!(StorageError::Empty.to_string(), "the storage is empty");
+    assert!(StorageError::BucketCountNotPowerOfTwo(12)
+        .to_string()
+        .contains("12"));
+    assert!(StorageError::TooLarge(1 << 31)
+        .to_string()
+        .contains(&(1u64 << 31).to_string()));
 }
 
 #[test]
