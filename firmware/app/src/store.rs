@@ -511,20 +511,39 @@ mod tests {
         assert_eq!(bytes[60..], CRC32.checksum(&bytes[..60]).to_le_bytes());
     }
 
+    const LAYOUT: SlotLayout = SlotLayout {
+        offsets: [0, 1024],
+        slot_len: 1024,
+    };
+
+    type Filter = filter_core::StaticCuckooFilter<u16, 4, 64>;
+
+    /// Boots on `memory`: the number of the image loaded, and its filter.
+    fn boot(memory: &mut [u8]) -> (Option<u32>, Filter) {
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(memory), LAYOUT);
+        let mut loaded = Filter::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        (sequence, loaded)
+    }
+
+    /// Boots on `memory`, then saves `filter`: the numbers of the image
+    /// loaded and of the image saved.
+    fn boot_and_save(memory: &mut [u8], filter: &Filter) -> (Option<u32>, Result<u32, StoreError>) {
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(memory), LAYOUT);
+        let mut loaded = Filter::new(0);
+        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        let saved = store.save(filter, PrefixLengths::new());
+        (sequence, saved.map(|image| image.sequence))
+    }
+
     #[test]
     fn the_image_saved_after_the_last_sequence_number_is_the_newest() {
         // Found by the flash_image fuzz target: the save after number
         // u32::MAX got number 0, and the next boot loaded the older image.
-        let layout = SlotLayout {
-            offsets: [0, 1024],
-            slot_len: 1024,
-        };
         let mut memory = [0xffu8; 2048];
-        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        let mut filter = Filter::new(1);
         assert!(filter.insert(&1u64).is_ok());
-        let saved = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout)
-            .save(&filter, PrefixLengths::new());
-        assert_eq!(saved.map(|image| image.sequence), Ok(1));
+        assert_eq!(boot_and_save(&mut memory, &filter), (None, Ok(1)));
         // Renumber that image to the last sequence number.
         let mut bytes = [0u8; record::LEN];
         bytes.copy_from_slice(&memory[..record::LEN]);
@@ -538,16 +557,8 @@ mod tests {
         memory[..record::LEN].copy_from_slice(&renumbered.encode());
 
         assert!(filter.insert(&2u64).is_ok());
-        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
-        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
-        assert_eq!(sequence, Some(u32::MAX));
-        let saved = store.save(&filter, PrefixLengths::new());
-        assert_eq!(saved.map(|image| image.sequence), Ok(0));
-
-        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
-        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(boot_and_save(&mut memory, &filter), (Some(u32::MAX), Ok(0)));
+        let (sequence, loaded) = boot(&mut memory);
         assert_eq!(sequence, Some(0), "the older image was loaded");
         assert!(loaded.contains(&2u64));
         assert!(is_newer(0, u32::MAX) && is_newer(5, 4) && !is_newer(4, 5));
@@ -561,16 +572,10 @@ mod tests {
         // but the save took number 2^31 + 1 from the damaged record, exactly
         // 2^31 after image 1, which serial-number arithmetic cannot order:
         // the next boot loaded image 1 again and the save was lost.
-        let layout = SlotLayout {
-            offsets: [0, 1024],
-            slot_len: 1024,
-        };
         let mut memory = [0xffu8; 2048];
-        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        let mut filter = Filter::new(1);
         assert!(filter.insert(&1u64).is_ok());
-        let saved = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout)
-            .save(&filter, PrefixLengths::new());
-        assert_eq!(saved.map(|image| image.sequence), Ok(1));
+        assert_eq!(boot_and_save(&mut memory, &filter), (None, Ok(1)));
         // Slot 1: a record numbered 2^31 over a snapshot that fails its CRC.
         let damaged = Record {
             sequence: 1 << 31,
@@ -579,24 +584,11 @@ mod tests {
         memory[1024..1024 + record::LEN].copy_from_slice(&damaged.encode());
 
         assert!(filter.insert(&2u64).is_ok());
-        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
-        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
-        assert_eq!(sequence, Some(1));
-        let saved = store.save(&filter, PrefixLengths::new());
-        assert_eq!(saved.map(|image| image.sequence), Ok(2));
-
-        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), layout);
-        let mut loaded = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        assert_eq!(boot_and_save(&mut memory, &filter), (Some(1), Ok(2)));
+        let (sequence, loaded) = boot(&mut memory);
         assert_eq!(sequence, Some(2), "the saved image was not loaded");
         assert!(loaded.contains(&2u64));
     }
-
-    const LAYOUT: SlotLayout = SlotLayout {
-        offsets: [0, 1024],
-        slot_len: 1024,
-    };
 
     #[test]
     fn images_fill_a_slot_to_the_byte_and_not_one_more() {
@@ -632,7 +624,7 @@ mod tests {
     #[test]
     fn each_save_takes_the_next_number_and_the_newer_of_two_loads() {
         let mut memory = [0xffu8; 2048];
-        let mut filter = filter_core::StaticCuckooFilter::<u16, 4, 64>::new(1);
+        let mut filter = Filter::new(1);
         let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
         assert_eq!(store.current_sequence(), None);
         for expected in 1..=3 {
