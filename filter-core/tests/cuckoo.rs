@@ -38,6 +38,22 @@ fn reseeding_empties_the_filter_and_changes_its_key() {
     assert_ne!(filter.hash(&1u64), before);
 }
 
+#[test]
+fn the_load_factor_is_the_share_of_slots_in_use_until_a_clear() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 64>::new(7);
+    assert_eq!(filter.capacity(), 256);
+    assert_eq!(filter.load_factor(), 0.0);
+    for item in 0..64u64 {
+        filter.insert(&item).unwrap();
+    }
+    assert_eq!(filter.len(), 64);
+    assert_eq!(filter.load_factor(), 0.25);
+    filter.clear();
+    assert!(filter.is_empty());
+    assert_eq!(filter.load_factor(), 0.0);
+    assert!((0..64u64).all(|item| !filter.contains(&item)));
+}
+
 /// Storage that only has a size: enough to check what sizes a filter takes.
 struct SizeOnly(usize);
 
