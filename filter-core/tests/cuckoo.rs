@@ -54,6 +54,21 @@ fn the_load_factor_is_the_share_of_slots_in_use_until_a_clear() {
     assert!((0..64u64).all(|item| !filter.contains(&item)));
 }
 
+#[test]
+fn count_says_how_many_copies_of_an_item_are_stored() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 64>::new(7);
+    for copies in 0..4u64 {
+        for _ in 0..copies {
+            filter.insert(&copies).unwrap();
+        }
+    }
+    for copies in 0..4u64 {
+        assert_eq!(filter.count(&copies), copies as usize, "item {copies}");
+    }
+    assert!(filter.remove(&3u64));
+    assert_eq!(filter.count(&3u64), 2);
+}
+
 /// Storage that only has a size: enough to check what sizes a filter takes.
 struct SizeOnly(usize);
 
