@@ -59,8 +59,11 @@ pub struct NetKey {
 const fn high_bits_mask(prefix_len: u32, width: u32) -> u64 {
     // prefix_len == 0 would shift by the full width: no bits are kept.
     match u64::MAX.checked_shl(64 - prefix_len) {
-        Some(mask) if prefix_len > 0 => mask >> (64 - width),
-        _ => 0,
+        Some(mask) => match mask.checked_shr(64 - width) {
+            Some(mask) => mask,
+            None => 0,
+        },
+        None => 0,
     }
 }
 
@@ -86,11 +89,8 @@ impl NetKey {
         if prefix_len > 128 {
             return None;
         }
-        let (high_len, low_len) = if prefix_len > 64 {
-            (64, prefix_len as u32 - 64)
-        } else {
-            (prefix_len as u32, 0)
-        };
+        let low_len = (prefix_len as u32).saturating_sub(64);
+        let high_len = prefix_len as u32 - low_len;
         Some(Self {
             words: [
                 Self::tag_word(AddressFamily::Ipv6, prefix_len),
