@@ -687,11 +687,13 @@ fn a_schema_2_store_loses_its_source_index_and_keeps_every_membership() {
         redb::TableDefinition::new("settings"),
         redb::TableDefinition::new("feeds"),
     ];
-    const LISTS: [(
-        redb::TableDefinition<(Net, u32), Member>,
-        redb::TableDefinition<(u32, Net), ()>,
-        redb::TableDefinition<(u64, u32, Net), ()>,
-    ); 2] = [
+    /// A list's members, per-source index and expiry tables.
+    type ListTables = (
+        redb::TableDefinition<'static, (Net, u32), Member>,
+        redb::TableDefinition<'static, (u32, Net), ()>,
+        redb::TableDefinition<'static, (u64, u32, Net), ()>,
+    );
+    const LISTS: [ListTables; 2] = [
         (
             redb::TableDefinition::new("blocklist_members"),
             redb::TableDefinition::new("blocklist_by_source"),
