@@ -647,4 +647,189 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
         ]
     );
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
+    drop(store);
+    assert_eq!(raw_schema(dir.path()), (3, Vec::<String>::new()));
+}
+
+/// The schema version of the store in `dir`, read with redb directly, and
+/// the per-source index tables it still has (schema 2 had them).
+fn raw_schema(dir: &Path) -> (u64, Vec<String>) {
+    use redb::{ReadableDatabase, TableHandle};
+    const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let db = redb::Database::open(dir.join(Store::FILE_NAME)).unwrap();
+    let txn = db.begin_read().unwrap();
+    let version = txn
+        .open_table(META)
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    let indexes = txn
+        .list_tables()
+        .unwrap()
+        .map(|table| table.name().to_owned())
+        .filter(|name| name.ends_with("_by_source"))
+        .collect();
+    (version, indexes)
+}
+
+#[test]
+fn a_schema_2_store_loses_its_source_index_and_keeps_every_membership() {
+    // A store written by the previous cfctl: memberships, expiries and
+    // counts as now, and beside them an index (source, network) per list.
+    type Net = [u8; 18];
+    type Member = (Option<&'static str>, u64, u64);
+    const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    const SOURCES: redb::TableDefinition<u32, &str> = redb::TableDefinition::new("sources");
+    const COUNTS: redb::TableDefinition<(u8, u32), u64> = redb::TableDefinition::new("counts");
+    const EMPTY: [redb::TableDefinition<&str, &str>; 2] = [
+        redb::TableDefinition::new("settings"),
+        redb::TableDefinition::new("feeds"),
+    ];
+    /// A list's members, per-source index and expiry tables.
+    type ListTables = (
+        redb::TableDefinition<'static, (Net, u32), Member>,
+        redb::TableDefinition<'static, (u32, Net), ()>,
+        redb::TableDefinition<'static, (u64, u32, Net), ()>,
+    );
+    const LISTS: [ListTables; 2] = [
+        (
+            redb::TableDefinition::new("blocklist_members"),
+            redb::TableDefinition::new("blocklist_by_source"),
+            redb::TableDefinition::new("blocklist_expiry"),
+        ),
+        (
+            redb::TableDefinition::new("allowlist_members"),
+            redb::TableDefinition::new("allowlist_by_source"),
+            redb::TableDefinition::new("allowlist_expiry"),
+        ),
+    ];
+    let key = |third: u8, fourth: u8, prefix_len: u8| {
+        let mut key = [0u8; 18];
+        key[..5].copy_from_slice(&[4, 198, 18, third, fourth]);
+        key[17] = prefix_len;
+        key
+    };
+    let expires = 4_000_000_000_000u64;
+    // (list, network, source, membership)
+    let rows: [(usize, Net, u32, Member); 4] = [
+        (0, key(0, 0, 24), 1, (Some("SBL1"), 1_700_000_000, 0)),
+        (0, key(0, 0, 24), 2, (None, 1_700_000_005, expires)),
+        (0, key(1, 0, 24), 0, (None, 1_700_000_001, 0)),
+        (1, key(2, 1, 32), 0, (Some("gateway"), 1_700_000_002, 0)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = redb::Database::create(dir.path().join(Store::FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            txn.open_table(META)
+                .unwrap()
+                .insert("schema_version", 2)
+                .unwrap();
+            let mut sources = txn.open_table(SOURCES).unwrap();
+            for (id, name) in ["cli", "file:a", "feed:b"].into_iter().enumerate() {
+                sources.insert(u32::try_from(id).unwrap(), name).unwrap();
+            }
+            for table in EMPTY {
+                txn.open_table(table).unwrap();
+            }
+            for (members, by_source, expiry) in LISTS {
+                txn.open_table(members).unwrap();
+                txn.open_table(by_source).unwrap();
+                txn.open_table(expiry).unwrap();
+            }
+            for (list, net, source, member) in rows {
+                let (members, by_source, expiry) = LISTS[list];
+                txn.open_table(members)
+                    .unwrap()
+                    .insert((net, source), member)
+                    .unwrap();
+                txn.open_table(by_source)
+                    .unwrap()
+                    .insert((source, net), ())
+                    .unwrap();
+                if member.2 != 0 {
+                    txn.open_table(expiry)
+                        .unwrap()
+                        .insert((member.2, source, net), ())
+                        .unwrap();
+                }
+            }
+            let mut counts = txn.open_table(COUNTS).unwrap();
+            for (key, count) in [
+                ((0, 0), 1),
+                ((0, 1), 1),
+                ((0, 2), 1),
+                ((0, u32::MAX), 2),
+                ((1, 0), 1),
+                ((1, u32::MAX), 1),
+            ] {
+                counts.insert(key, count).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+
+    let store = Store::open(dir.path()).unwrap();
+    let memberships = |list: ListKind, source: Option<&str>| -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in store.entries(list, source).unwrap() {
+            for member in entry.sources {
+                let added = member.added.duration_since(std::time::UNIX_EPOCH).unwrap();
+                found.push(format!(
+                    "{} {} {:?} {} {:?}",
+                    entry.net,
+                    member.source,
+                    member.comment,
+                    added.as_secs(),
+                    member.expires.is_some()
+                ));
+            }
+        }
+        found
+    };
+    let blocklist = [
+        "198.18.0.0/24 file:a Some(\"SBL1\") 1700000000 false",
+        "198.18.0.0/24 feed:b None 1700000005 true",
+        "198.18.1.0/24 cli None 1700000001 false",
+    ];
+    assert_eq!(memberships(ListKind::Blocklist, None), blocklist);
+    assert_eq!(
+        memberships(ListKind::Blocklist, Some("cli")),
+        blocklist[2..]
+    );
+    assert_eq!(
+        memberships(ListKind::Allowlist, None),
+        ["198.18.2.1/32 cli Some(\"gateway\") 1700000002 false"]
+    );
+    assert_eq!(
+        store.next_expiry().unwrap(),
+        Some(std::time::UNIX_EPOCH + Duration::from_millis(expires))
+    );
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
+    assert_eq!(
+        store.source_counts(ListKind::Blocklist).unwrap(),
+        [
+            ("cli".to_owned(), 1),
+            ("feed:b".to_owned(), 1),
+            ("file:a".to_owned(), 1)
+        ]
+    );
+    // The migrated memberships take part in a refresh: file:a drops its
+    // network, which feed:b still lists, and lists a new one.
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(ListKind::Blocklist, "file:a", cli(&["198.18.3.0/24"]))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.still_listed, [net("198.18.0.0/24")]);
+    assert_eq!(report.added, [net("198.18.3.0/24")]);
+    assert_eq!(
+        listed(&store),
+        ["198.18.0.0/24", "198.18.1.0/24", "198.18.3.0/24"]
+    );
+    drop(store);
+    assert_eq!(raw_schema(dir.path()), (3, Vec::<String>::new()));
 }

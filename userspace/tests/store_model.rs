@@ -1,8 +1,10 @@
 //! The store against an exact model, with property tests: random adds,
 //! replaces and deletes by three sources, with comments and expiries, on a
-//! store that a fourth source fills first. Small changes take the store's
-//! lookup paths and large ones its ordered passes over the whole list; both
-//! must give the model's reports and contents after every change.
+//! store that a fourth source fills first. Small adds take the store's
+//! lookup paths and large ones its ordered pass over the whole list; every
+//! replace, and every read of one source's entries, reads the whole list
+//! and keeps that source's rows. All must give the model's reports and
+//! contents after every change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;

@@ -37,7 +37,6 @@
 //! |---|---|---|
 //! | `meta` | `"schema_version"` | `u64` |
 //! | `blocklist_members` | (network, source id) | (comment, added: Unix s, expires: Unix ms or 0) |
-//! | `blocklist_by_source` | (source id, network) | `()`: a source's networks |
 //! | `blocklist_expiry` | (expires: Unix ms, source id, network) | `()`: memberships by expiry |
 //! | `allowlist_*` | the same for the allowlist | |
 //! | `counts` | (list code, source id or `u32::MAX`) | memberships of a source, or networks of the list |
@@ -47,11 +46,15 @@
 //!
 //! A network key is the family (4 or 6), the 16-byte address (IPv4 in the
 //! first 4 bytes) and the prefix length, so memberships iterate IPv4 first,
-//! in address order, the sources of a network together. Source names are
-//! stored once and referred to by id. Settings are JSON with defaults for
-//! missing fields, so new fields can be added without a schema change. A
-//! store of schema version 1 (one source per network) is migrated when it
-//! is opened.
+//! in address order, the sources of a network together. There is no index
+//! by source: what one source lists is read from the memberships in one
+//! ordered pass, keeping that source's rows (a refresh reads the whole
+//! list anyway, and an index would double the rows every change writes).
+//! Source names are stored once and referred to by id. Settings are JSON
+//! with defaults for missing fields, so new fields can be added without a
+//! schema change. A store of schema version 1 (one source per network) or
+//! 2 (with an index by source) is migrated when it is opened, in one
+//! transaction.
 //!
 //! # Damage
 //!
@@ -87,9 +90,9 @@ pub use records::{
     ExpireReport, FeedState, FilterSettings, Membership, NewEntry, ReplaceReport,
 };
 use schema::{
-    decode_expiry, decode_net, encode_net, memberships_of, v1, MemberKey, MemberValue, NetBytes,
-    AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META, SCHEMA_VERSION_KEY,
-    SETTINGS, SOURCES,
+    decode_expiry, decode_net, encode_net, memberships_of, v1, v2, MemberKey, MemberValue,
+    NetBytes, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META,
+    SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
 };
 pub use schema::{ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
@@ -227,22 +230,24 @@ impl Store {
     }
 
     /// Creates the tables of a new store, migrates one of schema version
-    /// 1, or checks the schema version of an existing one (with a read, so
-    /// that opening a current store commits nothing).
+    /// 1 or 2, or checks the schema version of an existing one (with a
+    /// read, so that opening a current store commits nothing).
     fn initialise(&self) -> Result<(), StoreError> {
         let found = self.schema_version()?;
         if found == Some(SCHEMA_VERSION) {
             return Ok(());
         }
-        if let Some(found) = found.filter(|&found| found != 1) {
+        if let Some(found) = found.filter(|&found| !matches!(found, 1 | 2)) {
             return Err(StoreError::UnknownSchema {
                 path: self.path.clone(),
                 found,
             });
         }
         let txn = self.begin_write()?;
-        if found == Some(1) {
-            self.migrate_from_v1(&txn)?;
+        match found {
+            Some(1) => self.migrate_from_v1(&txn)?,
+            Some(2) => self.migrate_from_v2(&txn)?,
+            _ => {}
         }
         {
             let mut meta = txn.open_table(META).in_store(self)?;
@@ -251,7 +256,6 @@ impl Store {
             for list in ListKind::ALL {
                 let tables = list.tables();
                 txn.open_table(tables.members).in_store(self)?;
-                txn.open_table(tables.by_source).in_store(self)?;
                 txn.open_table(tables.expiry).in_store(self)?;
             }
             txn.open_table(COUNTS).in_store(self)?;
@@ -310,20 +314,27 @@ impl Store {
             txn.delete_table(old).in_store(self)?;
             let tables = list.tables();
             let mut members = txn.open_table(tables.members).in_store(self)?;
-            let mut by_source = txn.open_table(tables.by_source).in_store(self)?;
             let mut counts = txn.open_table(COUNTS).in_store(self)?;
             let mut per_source: HashMap<u32, u64> = HashMap::new();
             for (net, source, comment, added) in &rows {
                 members
                     .insert((*net, *source), (comment.as_deref(), *added, 0))
                     .in_store(self)?;
-                by_source.insert((*source, *net), ()).in_store(self)?;
                 *per_source.entry(*source).or_default() += 1;
             }
             per_source.insert(ALL_SOURCES, rows.len() as u64);
             for (source, count) in per_source.into_iter().filter(|&(_, count)| count > 0) {
                 counts.insert((list.code(), source), count).in_store(self)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Deletes the per-source indexes of a schema 2 store; its memberships,
+    /// expiries and counts are already those of schema 3.
+    fn migrate_from_v2(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+        for index in v2::BY_SOURCE {
+            txn.delete_table(index).in_store(self)?;
         }
         Ok(())
     }

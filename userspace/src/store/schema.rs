@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use redb::TableDefinition;
 
 /// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 2;
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
 /// first 4), prefix length.
@@ -19,8 +19,6 @@ pub(super) type MemberKey = (NetBytes, u32);
 /// A membership: comment, time added (Unix seconds), expiry (Unix
 /// milliseconds, 0 for never).
 pub(super) type MemberValue = (Option<&'static str>, u64, u64);
-/// The source index's key: the source's id, then the network.
-pub(super) type SourceKey = (u32, NetBytes);
 /// The expiry index's key: expiry (Unix milliseconds), source id, network.
 pub(super) type ExpiryKey = (u64, u32, NetBytes);
 /// A count's key: the list's code and a source id, or [`ALL_SOURCES`] for
@@ -58,6 +56,20 @@ pub(super) mod v1 {
     pub const ALLOWLIST: TableDefinition<NetBytes, Record> = TableDefinition::new("allowlist");
 }
 
+/// The tables schema version 2 kept beside version 3's: each list's
+/// per-source index, (source id, network) -> (), deleted when a store is
+/// migrated (the membership table holds the same rows in network order).
+pub(super) mod v2 {
+    use redb::TableDefinition;
+
+    use super::NetBytes;
+
+    pub const BY_SOURCE: [TableDefinition<(u32, NetBytes), ()>; 2] = [
+        TableDefinition::new("blocklist_by_source"),
+        TableDefinition::new("allowlist_by_source"),
+    ];
+}
+
 /// Which list entries belong to: the blocklist that becomes the filter, or
 /// the exact allowlist that always wins over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,12 +80,10 @@ pub enum ListKind {
     Allowlist,
 }
 
-/// The three tables of one list.
+/// The two tables of one list.
 pub(super) struct ListTables {
     /// (network, source) -> membership.
     pub members: TableDefinition<'static, MemberKey, MemberValue>,
-    /// (source, network) -> (): a source's networks in order.
-    pub by_source: TableDefinition<'static, SourceKey, ()>,
     /// (expiry, source, network) -> (): memberships by expiry.
     pub expiry: TableDefinition<'static, ExpiryKey, ()>,
 }
@@ -102,12 +112,10 @@ impl ListKind {
         match self {
             ListKind::Blocklist => ListTables {
                 members: TableDefinition::new("blocklist_members"),
-                by_source: TableDefinition::new("blocklist_by_source"),
                 expiry: TableDefinition::new("blocklist_expiry"),
             },
             ListKind::Allowlist => ListTables {
                 members: TableDefinition::new("allowlist_members"),
-                by_source: TableDefinition::new("allowlist_by_source"),
                 expiry: TableDefinition::new("allowlist_expiry"),
             },
         }

@@ -16,8 +16,8 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use super::schema::{
     encode_expiry, encode_net, memberships_of, unix_seconds, CountKey, ExpiryKey, MemberKey,
-    MemberValue, NetBytes, SourceKey, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS,
-    FILTER_SETTINGS_KEY, SETTINGS, SOURCES,
+    MemberValue, NetBytes, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY,
+    SETTINGS, SOURCES,
 };
 use super::{
     AddReport, AgentState, CrowdsecState, DeleteReport, ExpireReport, FeedState, FilterSettings,
@@ -139,24 +139,22 @@ impl<'e, 'a> Steps<'e, 'a> {
         }
     }
 
-    /// Takes in the entries before `net`, with what `held_before` says the
-    /// list holds of each, then `net`, of which the list holds `held`, with
-    /// its entry if the next one lists it.
+    /// Takes in the entries before listed network `net` (networks the
+    /// list lacks), then `net`, of which the list holds `held`, with its
+    /// entry if the next one lists it.
     fn take_through(
         &mut self,
         entries: &mut std::iter::Peekable<std::slice::Iter<'e, (NetBytes, NewEntry<'a>)>>,
         net: NetBytes,
         held: Held,
-        mut held_before: impl FnMut(NetBytes) -> Result<Held, redb::Error>,
-    ) -> Result<(), redb::Error> {
+    ) {
         while let Some((before, entry)) = entries.next_if(|(next, _)| *next < net) {
-            self.take(*before, Some(entry), held_before(*before)?);
+            self.take(*before, Some(entry), Held::default());
         }
         let entry = entries
             .next_if(|(next, _)| *next == net)
             .map(|(_, entry)| entry);
         self.take(net, entry, held);
-        Ok(())
     }
 }
 
@@ -189,8 +187,9 @@ impl Steps<'_, '_> {
 /// How many rows an ordered pass over a list reads in the time of one
 /// range read (lookup) of a network: wanting fewer networks than a
 /// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
-/// list in one pass. The writers here and the update path (which looks up
-/// or reads the entries around a change) choose by it.
+/// list in one pass. The adds here and the update path (which looks up or
+/// reads the entries around a change) choose by it; a replacement has to
+/// read the whole list whatever its size (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
 /// `entries` keyed by their stored form, in order, the first of any
@@ -215,7 +214,6 @@ fn in_order<'a>(
 struct ListWriter<'t> {
     list: ListKind,
     members: Table<'t, MemberKey, MemberValue>,
-    by_source: Table<'t, SourceKey, ()>,
     expiry: Table<'t, ExpiryKey, ()>,
     counts: Table<'t, CountKey, u64>,
     deltas: HashMap<u32, i64>,
@@ -228,7 +226,6 @@ impl<'t> ListWriter<'t> {
         Ok(Self {
             list,
             members: txn.open_table(tables.members)?,
-            by_source: txn.open_table(tables.by_source)?,
             expiry: txn.open_table(tables.expiry)?,
             counts: txn.open_table(COUNTS)?,
             deltas: HashMap::new(),
@@ -287,9 +284,11 @@ impl<'t> ListWriter<'t> {
 
     /// What making `entries` (sorted, distinct) all that `source` lists
     /// takes: a [`Step`] for each entry the source does not list as given
-    /// and for each network it lists that `entries` lack, in order. A large
-    /// replacement reads the whole list in one ordered pass; a small one
-    /// reads the source's networks, then each network on its own.
+    /// and for each network it lists that `entries` lack, in order. The
+    /// source's networks are known only by reading every membership (there
+    /// is no index by source), so every replacement, small or large, is
+    /// one ordered pass over the whole list, which also tells what the list
+    /// holds of each entry: no lookups.
     fn replacement<'e, 'a>(
         &self,
         source: u32,
@@ -297,35 +296,23 @@ impl<'t> ListWriter<'t> {
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
         let mut new = entries.iter().peekable();
-        let scan = self.one_pass_for(entries.len())?;
-        if scan {
-            // Each network's memberships are adjacent rows.
-            let mut group: Option<(NetBytes, Held)> = None;
-            for row in self.members.iter()? {
-                let (key, value) = row?;
-                let (net, member) = key.value();
-                if let Some((current, held)) = group.take_if(|(current, _)| *current != net) {
-                    // Entries before it are networks the list lacks.
-                    steps.take_through(&mut new, current, held, |_| Ok(Held::default()))?;
-                }
-                let (_, held) = group.get_or_insert_with(|| (net, Held::default()));
-                held.note(member == source, value.value());
+        // Each network's memberships are adjacent rows.
+        let mut group: Option<(NetBytes, Held)> = None;
+        for row in self.members.iter()? {
+            let (key, value) = row?;
+            let (net, member) = key.value();
+            if let Some((current, held)) = group.take_if(|(current, _)| *current != net) {
+                steps.take_through(&mut new, current, held);
             }
-            if let Some((current, held)) = group {
-                steps.take_through(&mut new, current, held, |_| Ok(Held::default()))?;
-            }
-        } else {
-            for net in self.networks_of(source)? {
-                let held = self.held(source, net)?;
-                steps.take_through(&mut new, net, held, |before| self.held(source, before))?;
-            }
+            let (_, held) = group.get_or_insert_with(|| (net, Held::default()));
+            held.note(member == source, value.value());
         }
+        if let Some((current, held)) = group {
+            steps.take_through(&mut new, current, held);
+        }
+        // Entries after the last listed network: the list lacks them.
         for (net, entry) in new {
-            let held = match scan {
-                true => Held::default(),
-                false => self.held(source, *net)?,
-            };
-            steps.take(*net, Some(entry), held);
+            steps.take(*net, Some(entry), Held::default());
         }
         Ok(steps)
     }
@@ -362,7 +349,6 @@ impl<'t> ListWriter<'t> {
         }
         self.members
             .insert((net, source), (comment, self.now, expires))?;
-        self.by_source.insert((source, net), ())?;
         if expires != 0 {
             self.expiry.insert((expires, source, net), ())?;
         }
@@ -407,7 +393,6 @@ impl<'t> ListWriter<'t> {
         let Some(expires) = self.members.remove((net, source))?.map(|old| old.value().2) else {
             return Ok(false);
         };
-        self.by_source.remove((source, net))?;
         if expires != 0 {
             self.expiry.remove((expires, source, net))?;
         }
@@ -437,18 +422,6 @@ impl<'t> ListWriter<'t> {
             moved = self.leave(source, net)?;
         }
         Ok(moved)
-    }
-
-    /// The networks `source` lists.
-    fn networks_of(&self, source: u32) -> Result<Vec<NetBytes>, redb::Error> {
-        let mut nets = Vec::new();
-        for row in self
-            .by_source
-            .range((source, [0; 18])..=(source, [u8::MAX; 18]))?
-        {
-            nets.push(row?.0.value().1);
-        }
-        Ok(nets)
     }
 
     /// Writes the count changes.
