@@ -29,6 +29,10 @@ work=$(mktemp -d /tmp/cfctl-bench.XXXXXX)
 state="$work/state"
 feed_server_pid=""
 agent_pid=""
+# libxdp (xdp-filter) makes /sys/fs/bpf/xdp; removed on exit if it was not
+# there before.
+libxdp_dir=/sys/fs/bpf/xdp
+libxdp_dir_existed=$([ -d "$libxdp_dir" ] && echo yes || true)
 
 cleanup() {
     [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
@@ -40,6 +44,7 @@ cleanup() {
     ip netns del "$namespace" 2>/dev/null || true
     ip link del "$host_link" 2>/dev/null || true
     rm -rf "$pin_dir" "$work"
+    [ -n "$libxdp_dir_existed" ] || rmdir "$libxdp_dir" 2>/dev/null || true
 }
 trap cleanup EXIT
 
@@ -52,10 +57,13 @@ seconds_since() {
 }
 
 # Median wall time in milliseconds of running "$@ ADDRESS" for `count`
-# fresh addresses in 198.19.0.0/16 (printed as "median (min-max)").
+# fresh addresses in 198.19.0.0/16 (printed as "median (min-max)"). The
+# write-back of what came before (an import writes hundreds of MB) is
+# flushed first, so that the adds' own flushes do not wait for it.
 latency_ms() {
     local count=$1 times=()
     shift
+    sync
     for i in $(seq 1 "$count"); do
         local start=$EPOCHREALTIME
         "$@" "198.19.$((i / 256)).$((i % 256))" >/dev/null
