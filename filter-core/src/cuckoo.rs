@@ -347,13 +347,31 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
     #[inline]
     pub fn insert_hash(&mut self, hash: KeyHash) -> Result<(), InsertError> {
         let location = self.locate(hash);
+        match self.place(location) {
+            true => Ok(()),
+            false => self.insert_by_relocation(location),
+        }
+    }
+
+    /// Inserts `hash` into a free slot of one of its two buckets, reading
+    /// and writing no other bucket; `false`, and nothing changed, when both
+    /// are full (only [`Self::insert_hash`]'s relocations make room then).
+    /// For storage of which only some buckets are at hand.
+    pub fn insert_hash_in_place(&mut self, hash: KeyHash) -> bool {
+        self.place(self.locate(hash))
+    }
+
+    /// Puts `location`'s fingerprint in the first free slot of its primary
+    /// bucket, else of its alternate one; whether there was one.
+    #[inline(always)]
+    fn place(&mut self, location: Location<F>) -> bool {
         match self.first_slot_of_either(location, F::EMPTY) {
             Some((bucket, slot)) => {
                 self.buckets.set_slot(bucket, slot, location.fingerprint);
                 self.len = self.len.saturating_add(1);
-                Ok(())
+                true
             }
-            None => self.insert_by_relocation(location),
+            None => false,
         }
     }
 

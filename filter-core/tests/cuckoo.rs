@@ -69,6 +69,29 @@ fn count_says_how_many_copies_of_an_item_are_stored() {
     assert_eq!(filter.count(&3u64), 2);
 }
 
+#[test]
+fn an_insert_in_place_fills_a_free_candidate_slot_or_changes_nothing() {
+    let mut filter = StaticCuckooFilter::<u16, 4, 2>::new(7);
+    let mut placed = Vec::new();
+    for item in 0..64u64 {
+        let hash = filter.hash(&item);
+        let before = *filter.storage();
+        if filter.insert_hash_in_place(hash) {
+            placed.push(item);
+            assert_eq!(filter.len(), placed.len());
+        } else {
+            assert_eq!(
+                *filter.storage(),
+                before,
+                "a refused insert changed the table"
+            );
+        }
+    }
+    // Two buckets of four slots, and every item's candidates are both.
+    assert_eq!(placed.len(), 8);
+    assert!(placed.iter().all(|item| filter.contains(item)));
+}
+
 /// Storage that only has a size: enough to check what sizes a filter takes.
 struct SizeOnly(usize);
 

@@ -26,8 +26,8 @@
 
 use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit};
 use blocklist_ebpf::{FilterShape, Mode, Policy};
-use filter_core::layout::{find_slot, locate};
-use filter_core::{BucketStorage, CuckooFilter, NetKey};
+use filter_core::layout::locate;
+use filter_core::{CuckooFilter, NetKey};
 
 use super::maps::{filter_profile, BlocklistMaps, Counters};
 use super::table::{FilterTable, TableFingerprint};
@@ -258,19 +258,10 @@ fn place_in_candidate_buckets<F: TableFingerprint, const S: usize>(
 ) -> Result<usize> {
     let mut filter = candidate_buckets_filter::<F, S>(maps, keys)?;
     let seed = filter.seed();
-    for (placed, key) in keys.iter().enumerate() {
-        let hash = key.hash(seed);
-        let location = filter.locate(hash);
-        let storage = filter.storage();
-        let has_free_slot = [location.primary, location.alternate]
-            .into_iter()
-            .any(|bucket| find_slot(&storage.bucket(bucket), F::EMPTY).is_some());
-        // Without a free slot, the core would relocate: not here.
-        if !has_free_slot || filter.insert_hash(hash).is_err() {
-            return Ok(placed);
-        }
-    }
-    Ok(keys.len())
+    Ok(keys
+        .iter()
+        .take_while(|key| filter.insert_hash_in_place(key.hash(seed)))
+        .count())
 }
 
 fn remove_as<F: TableFingerprint, const S: usize>(
@@ -280,10 +271,7 @@ fn remove_as<F: TableFingerprint, const S: usize>(
     if keys.is_empty() {
         return Ok(());
     }
-    let mut filter = match few_keys::<F, S>(maps, keys) {
-        true => candidate_buckets_filter::<F, S>(maps, keys)?,
-        false => live_filter::<F, S>(maps, Occupancy::Unknown)?,
-    };
+    let mut filter = filter_for_keys::<F, S>(maps, keys)?;
     let seed = filter.seed();
     for key in keys {
         filter.remove_hash(key.hash(seed));
@@ -297,10 +285,7 @@ fn contains_as<F: TableFingerprint, const S: usize>(
 ) -> Result<Vec<bool>> {
     let prefilter = maps.live_prefilter();
     let profile = maps.live_profile();
-    let filter = match few_keys::<F, S>(maps, keys) {
-        true => candidate_buckets_filter::<F, S>(maps, keys)?,
-        false => live_filter::<F, S>(maps, Occupancy::Unknown)?,
-    };
+    let filter = filter_for_keys::<F, S>(maps, keys)?;
     let seed = filter.seed();
     Ok(keys
         .iter()
@@ -339,6 +324,19 @@ fn few_keys<F: TableFingerprint, const S: usize>(maps: &BlocklistMaps, keys: &[N
     const TABLE_PAGES_PER_KEY: usize = 32;
     let table_pages = maps.bucket_count() * S * F::BYTES / super::mapped::page_size();
     keys.len().saturating_mul(TABLE_PAGES_PER_KEY) <= table_pages
+}
+
+/// The live table as a filter keyed with the live seed for lookups and
+/// removals of `keys`: mapped in their candidate buckets' pages if they
+/// are few, else whole.
+fn filter_for_keys<F: TableFingerprint, const S: usize>(
+    maps: &mut BlocklistMaps,
+    keys: &[NetKey],
+) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
+    match few_keys::<F, S>(maps, keys) {
+        true => candidate_buckets_filter(maps, keys),
+        false => live_filter(maps, Occupancy::Unknown),
+    }
 }
 
 /// The live table as a filter keyed with the live seed, mapped only in the
