@@ -123,49 +123,51 @@ fn pem_items(
         .map_err(|reason| error(reason.to_string()))
 }
 
-/// The client certificate (with any intermediates) and key `files` name.
-fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, PullError> {
-    let mut chain = Vec::new();
-    for item in pem_items("cert_file", &files.cert_file)? {
-        if let ureq::tls::PemItem::Certificate(certificate) = item {
-            chain.push(certificate);
-        }
+/// The certificates in the PEM file `key` names (at least one), or why
+/// not.
+fn certificates(
+    key: &'static str,
+    path: &Path,
+) -> Result<Vec<ureq::tls::Certificate<'static>>, PullError> {
+    let certificates: Vec<_> = pem_items(key, path)?
+        .into_iter()
+        .filter_map(|item| match item {
+            ureq::tls::PemItem::Certificate(certificate) => Some(certificate),
+            _ => None,
+        })
+        .collect();
+    if certificates.is_empty() {
+        return Err(no_pem_item(key, path, "certificate"));
     }
-    let no_item = |key: &'static str, path: &Path, what: &str| PullError::TlsFile {
+    Ok(certificates)
+}
+
+/// The error of a TLS file that holds no PEM `what`.
+fn no_pem_item(key: &'static str, path: &Path, what: &str) -> PullError {
+    PullError::TlsFile {
         key,
         path: path.display().to_string(),
         reason: format!("holds no PEM {what}"),
-    };
-    if chain.is_empty() {
-        return Err(no_item("cert_file", &files.cert_file, "certificate"));
     }
+}
+
+/// The client certificate (with any intermediates) and key `files` name.
+fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, PullError> {
+    let chain = certificates("cert_file", &files.cert_file)?;
     let key = pem_items("key_file", &files.key_file)?
         .into_iter()
         .find_map(|item| match item {
             ureq::tls::PemItem::PrivateKey(key) => Some(key),
             _ => None,
         })
-        .ok_or_else(|| no_item("key_file", &files.key_file, "private key"))?;
+        .ok_or_else(|| no_pem_item("key_file", &files.key_file, "private key"))?;
     Ok(ureq::tls::ClientCert::new_with_certs(&chain, key))
 }
 
 fn tls_config(config: &CrowdsecConfig) -> Result<ureq::tls::TlsConfig, PullError> {
     let mut tls = ureq::tls::TlsConfig::builder();
     if let Some(path) = &config.ca_file {
-        let roots: Vec<_> = pem_items("ca_file", path)?
-            .into_iter()
-            .filter_map(|item| match item {
-                ureq::tls::PemItem::Certificate(certificate) => Some(certificate),
-                _ => None,
-            })
-            .collect();
-        if roots.is_empty() {
-            return Err(PullError::TlsFile {
-                key: "ca_file",
-                path: path.display().to_string(),
-                reason: "holds no PEM certificate".to_owned(),
-            });
-        }
+        let roots = certificates("ca_file", path)?;
         tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&roots));
     }
     if let Some(files) = &config.client_cert {
