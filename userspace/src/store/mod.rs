@@ -318,7 +318,7 @@ impl Store {
             let mut per_source: HashMap<u32, u64> = HashMap::new();
             for (net, source, comment, added) in &rows {
                 members
-                    .insert((*net, *source), (comment.as_deref(), *added, 0))
+                    .insert((net, *source), (comment.as_deref(), *added, 0))
                     .in_store(self)?;
                 *per_source.entry(*source).or_default() += 1;
             }
@@ -455,7 +455,7 @@ impl Store {
         let mut nets = Vec::new();
         let mut last: Option<NetBytes> = None;
         for row in rows {
-            let (net, _) = row.in_store(self)?.0.value();
+            let (&net, _) = row.in_store(self)?.0.value();
             if last != Some(net) {
                 let decoded = self.decode_net(&net)?;
                 if wanted(&decoded) {
@@ -475,7 +475,7 @@ impl Store {
             let members = txn.open_table(list.tables().members).in_store(self)?;
             let mut sources = Vec::new();
             for row in members
-                .range(memberships_of(encode_net(net)))
+                .range(memberships_of(&encode_net(net)))
                 .in_store(self)?
             {
                 let (key, value) = row.in_store(self)?;
@@ -498,7 +498,7 @@ impl Store {
             let mut found = Vec::new();
             for net in nets {
                 let mut rows = members
-                    .range(memberships_of(encode_net(&net)))
+                    .range(memberships_of(&encode_net(&net)))
                     .in_store(self)?;
                 if rows.next().is_some() {
                     found.push(net);
@@ -520,7 +520,7 @@ impl Store {
             last[17] = u8::MAX;
             self.distinct_nets(
                 members
-                    .range((first, 0)..=(last, u32::MAX))
+                    .range((&first, 0)..=(&last, u32::MAX))
                     .in_store(self)?,
                 |_| true,
             )
@@ -659,11 +659,11 @@ impl Store {
 
     fn decode_member(
         &self,
-        (net, source): MemberKey,
+        (net, source): (&NetBytes, u32),
         (comment, added, expires): (Option<&str>, u64, u64),
         names: &HashMap<u32, String>,
     ) -> Result<(IpNet, Membership), StoreError> {
-        let net = self.decode_net(&net)?;
+        let net = self.decode_net(net)?;
         let source = names.get(&source).ok_or_else(|| {
             self.corrupt(format!("entry {net} refers to unknown source {source}"))
         })?;

@@ -14,13 +14,19 @@ pub const SCHEMA_VERSION: u64 = 3;
 /// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
 /// first 4), prefix length.
 pub(super) type NetBytes = [u8; 18];
+/// A network in a key, borrowed: redb compares `&[u8; N]` keys with one
+/// `memcmp` and reads them without a copy, where it compares and decodes
+/// `[u8; N]` byte by byte into a new vector. Both encode as the bytes
+/// themselves under the same type name, so stores written with either
+/// read with the other (the schema-2 migration test writes `[u8; 18]`).
+pub(super) type NetKey = &'static NetBytes;
 /// A membership's key: the network, then the source's id.
-pub(super) type MemberKey = (NetBytes, u32);
+pub(super) type MemberKey = (NetKey, u32);
 /// A membership: comment, time added (Unix seconds), expiry (Unix
 /// milliseconds, 0 for never).
 pub(super) type MemberValue = (Option<&'static str>, u64, u64);
 /// The expiry index's key: expiry (Unix milliseconds), source id, network.
-pub(super) type ExpiryKey = (u64, u32, NetBytes);
+pub(super) type ExpiryKey = (u64, u32, NetKey);
 /// A count's key: the list's code and a source id, or [`ALL_SOURCES`] for
 /// the list's networks.
 pub(super) type CountKey = (u8, u32);
@@ -172,6 +178,6 @@ pub(super) fn decode_net(bytes: &NetBytes) -> Option<IpNet> {
 
 /// The keys of every membership of `net`: from `(net, 0)` to
 /// `(net, u32::MAX)`.
-pub(super) fn memberships_of(net: NetBytes) -> std::ops::RangeInclusive<MemberKey> {
+pub(super) fn memberships_of(net: &NetBytes) -> std::ops::RangeInclusive<(&NetBytes, u32)> {
     (net, 0)..=(net, u32::MAX)
 }

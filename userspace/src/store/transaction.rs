@@ -235,14 +235,14 @@ impl<'t> ListWriter<'t> {
 
     /// Whether any source lists `net`.
     fn listed(&self, net: NetBytes) -> Result<bool, redb::Error> {
-        Ok(self.members.range(memberships_of(net))?.next().is_some())
+        Ok(self.members.range(memberships_of(&net))?.next().is_some())
     }
 
     /// What the list holds of `net` for `source`: one range read of its
     /// memberships.
     fn held(&self, source: u32, net: NetBytes) -> Result<Held, redb::Error> {
         let mut held = Held::default();
-        for row in self.members.range(memberships_of(net))? {
+        for row in self.members.range(memberships_of(&net))? {
             let (key, value) = row?;
             held.note(key.value().1 == source, value.value());
         }
@@ -269,9 +269,9 @@ impl<'t> ListWriter<'t> {
         }
         let mut held: Vec<Held> = nets.iter().map(|_| Held::default()).collect();
         let mut index = 0;
-        for row in self.members.range((first, 0)..=(last, u32::MAX))? {
+        for row in self.members.range((&first, 0)..=(&last, u32::MAX))? {
             let (key, value) = row?;
-            let (net, member) = key.value();
+            let (&net, member) = key.value();
             while nets[index] < net {
                 index += 1;
             }
@@ -300,7 +300,7 @@ impl<'t> ListWriter<'t> {
         let mut group: Option<(NetBytes, Held)> = None;
         for row in self.members.iter()? {
             let (key, value) = row?;
-            let (net, member) = key.value();
+            let (&net, member) = key.value();
             if let Some((current, held)) = group.take_if(|(current, _)| *current != net) {
                 steps.take_through(&mut new, current, held);
             }
@@ -335,22 +335,22 @@ impl<'t> ListWriter<'t> {
             let comment = comment.or(own.comment.as_deref());
             if comment != own.comment.as_deref() || expires != own.expires {
                 self.members
-                    .insert((net, source), (comment, own.added, expires))?;
+                    .insert((&net, source), (comment, own.added, expires))?;
             }
             if own.expires != expires {
                 if own.expires != 0 {
-                    self.expiry.remove((own.expires, source, net))?;
+                    self.expiry.remove((own.expires, source, &net))?;
                 }
                 if expires != 0 {
-                    self.expiry.insert((expires, source, net), ())?;
+                    self.expiry.insert((expires, source, &net), ())?;
                 }
             }
             return Ok(Moved::Nothing);
         }
         self.members
-            .insert((net, source), (comment, self.now, expires))?;
+            .insert((&net, source), (comment, self.now, expires))?;
         if expires != 0 {
-            self.expiry.insert((expires, source, net), ())?;
+            self.expiry.insert((expires, source, &net), ())?;
         }
         *self.deltas.entry(source).or_default() += 1;
         Ok(if held.others {
@@ -390,11 +390,15 @@ impl<'t> ListWriter<'t> {
     /// Removes `source`'s membership of `net` from every table; whether it
     /// had one.
     fn drop_membership(&mut self, source: u32, net: NetBytes) -> Result<bool, redb::Error> {
-        let Some(expires) = self.members.remove((net, source))?.map(|old| old.value().2) else {
+        let Some(expires) = self
+            .members
+            .remove((&net, source))?
+            .map(|old| old.value().2)
+        else {
             return Ok(false);
         };
         if expires != 0 {
-            self.expiry.remove((expires, source, net))?;
+            self.expiry.remove((expires, source, &net))?;
         }
         *self.deltas.entry(source).or_default() -= 1;
         Ok(true)
@@ -414,7 +418,7 @@ impl<'t> ListWriter<'t> {
     /// No source lists `net` any more.
     fn leave_all(&mut self, net: NetBytes) -> Result<Moved, redb::Error> {
         let mut sources = Vec::new();
-        for row in self.members.range(memberships_of(net))? {
+        for row in self.members.range(memberships_of(&net))? {
             sources.push(row?.0.value().1);
         }
         let mut moved = Moved::Nothing;
@@ -600,10 +604,10 @@ impl StoreTransaction<'_> {
             let mut due = Vec::new();
             for row in writer
                 .expiry
-                .range((1, 0, [0; 18])..=(until, u32::MAX, [u8::MAX; 18]))
+                .range((1, 0, &[0; 18])..=(until, u32::MAX, &[u8::MAX; 18]))
                 .in_store(store)?
             {
-                let (_, source, net) = row.in_store(store)?.0.value();
+                let (_, source, &net) = row.in_store(store)?.0.value();
                 due.push((source, net));
             }
             let mut report = ExpireReport {
