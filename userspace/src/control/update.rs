@@ -351,7 +351,7 @@ impl Control {
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
         let txn = match planned? {
-            Some(diff) => match self.write_diff(live, txn, &diff, limits, progress)? {
+            Some(diff) => match self.write_diff(live, txn, &diff, progress)? {
                 Written::Done(update) => return Ok(update),
                 Written::TooFull(txn) => *txn,
             },
@@ -363,7 +363,8 @@ impl Control {
         self.swap_tables(live, txn, recorded, limits, progress)
     }
 
-    /// Writes a small change's exact diff: inserts, commit, removes, bits.
+    /// Writes a small change's exact diff: inserts, commit, removes, the
+    /// bits no entry needs any more.
     /// If the new keys do not fit while the old ones are still there, and
     /// the change removes some, the filter is as it was and the
     /// transaction comes back for whole tables.
@@ -372,7 +373,6 @@ impl Control {
         live: &mut LiveFilter,
         txn: StoreTransaction<'s>,
         diff: &KeyDiff,
-        limits: PlanLimits,
         progress: &dyn Progress,
     ) -> Result<Written<'s>> {
         progress.start("writing the live filter", 0);
@@ -390,9 +390,7 @@ impl Control {
         crash_point("committed");
         live.remove(&diff.remove)?;
         crash_point("removed");
-        // The change is committed and the filter right; should the check
-        // fail, the bits stay set, which only costs probes.
-        let _ = self.clear_unmarked_bits(live, &diff.clear_bits, limits);
+        live.clear_bits(&diff.clear_bits);
         Ok(Written::Done(FilterUpdate::Incremental {
             inserted: diff.insert.len(),
             removed: diff.remove.len(),
@@ -473,61 +471,6 @@ impl Control {
         live.end_update();
         Ok(())
     }
-
-    /// Clears those of `candidates`, the prefilter bits that a plan of the
-    /// entries around a committed change no longer needs, that no stored
-    /// entry needs: each is checked against a plan of every entry that can
-    /// mark it. For an IPv4 bit (one /16 block) those are the entries
-    /// inside the block and the prefixes that contain it; IPv6 blocks share
-    /// bytes by hash, so for IPv6 bits they are all IPv6 entries, and the
-    /// bits stay set when there are more than [`MAX_IPV6_SCAN`] (a stale
-    /// bit costs one probe, never a wrong answer).
-    fn clear_unmarked_bits(
-        &self,
-        live: &LiveFilter,
-        candidates: &[PrefilterBit],
-        limits: PlanLimits,
-    ) -> Result<()> {
-        if candidates.is_empty() {
-            return Ok(());
-        }
-        let mut markers = HashSet::new();
-        let mut ipv4_blocks = HashSet::new();
-        // Blocks share their shorter prefixes: each is looked up once.
-        let mut containing = HashSet::new();
-        let mut check_ipv6 = false;
-        for bit in candidates {
-            match bit.family {
-                AddressFamily::Ipv4 => {
-                    if ipv4_blocks.insert(bit.block) {
-                        let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
-                        let block = IpNet::new_assert(first, 16);
-                        containing.extend(prefixes_of(first, 0..16));
-                        markers.extend(self.store.nets_within(ListKind::Blocklist, &block)?);
-                    }
-                }
-                AddressFamily::Ipv6 => check_ipv6 = true,
-            }
-        }
-        markers.extend(self.store.existing(ListKind::Blocklist, containing)?);
-        if check_ipv6 {
-            let every_ipv6 = IpNet::V6(Ipv6Net::default());
-            let ipv6 = self.store.nets_within(ListKind::Blocklist, &every_ipv6)?;
-            check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
-            if check_ipv6 {
-                markers.extend(ipv6);
-            }
-        }
-        let plan = KeyPlan::with_lengths(markers, live.lengths(), limits)?;
-        let unmarked: Vec<PrefilterBit> = candidates
-            .iter()
-            .copied()
-            .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
-            .filter(|&bit| plan.bit_references(bit) == 0)
-            .collect();
-        live.clear_bits(&unmarked);
-        Ok(())
-    }
 }
 
 /// The exact diff of a blocklist change that adds `added` and removes
@@ -551,7 +494,13 @@ fn planned_diff(
         return Ok(None);
     };
     match plan.update(added, removed) {
-        Ok(diff) => Ok(Some(diff)),
+        Ok(mut diff) => {
+            // Should the check fail, the bits stay set, which only costs
+            // probes.
+            diff.clear_bits = unmarked_bits(store, &diff.clear_bits, removed, lengths, limits)
+                .unwrap_or_default();
+            Ok(Some(diff))
+        }
         Err(PlanError::RebuildNeeded(_)) => Ok(None),
         Err(error) => Err(error.into()),
     }
@@ -583,6 +532,66 @@ fn plan_around(
         Err(PlanError::RebuildNeeded(_)) => Ok(None),
         Err(error) => Err(error.into()),
     }
+}
+
+/// Those of `candidates`, the prefilter bits that a plan of the entries
+/// around a change no longer needs, that no entry needs once the change is
+/// committed: each is checked against a plan of every entry that can mark
+/// it, read from the store before the change, without the `removed` ones
+/// (an entry the change adds never marks a candidate: the plan counted
+/// its keys). For an IPv4 bit (one /16 block) those are the entries inside
+/// the block and the prefixes that contain it; IPv6 blocks share bytes by
+/// hash, so for IPv6 bits they are all IPv6 entries, and the bits stay set
+/// when there are more than [`MAX_IPV6_SCAN`] (a stale bit costs one
+/// probe, never a wrong answer). Planned beside the store's writes, so a
+/// large refresh does not wait for these reads after its commit.
+fn unmarked_bits(
+    store: &Store,
+    candidates: &[PrefilterBit],
+    removed: &[IpNet],
+    lengths: &ActiveLengths,
+    limits: PlanLimits,
+) -> Result<Vec<PrefilterBit>> {
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut markers = HashSet::new();
+    let mut ipv4_blocks = HashSet::new();
+    // Blocks share their shorter prefixes: each is looked up once.
+    let mut containing = HashSet::new();
+    let mut check_ipv6 = false;
+    for bit in candidates {
+        match bit.family {
+            AddressFamily::Ipv4 => {
+                if ipv4_blocks.insert(bit.block) {
+                    let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
+                    let block = IpNet::new_assert(first, 16);
+                    containing.extend(prefixes_of(first, 0..16));
+                    markers.extend(store.nets_within(ListKind::Blocklist, &block)?);
+                }
+            }
+            AddressFamily::Ipv6 => check_ipv6 = true,
+        }
+    }
+    markers.extend(store.existing(ListKind::Blocklist, containing)?);
+    if check_ipv6 {
+        let every_ipv6 = IpNet::V6(Ipv6Net::default());
+        let ipv6 = store.nets_within(ListKind::Blocklist, &every_ipv6)?;
+        check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
+        if check_ipv6 {
+            markers.extend(ipv6);
+        }
+    }
+    for net in removed {
+        markers.remove(net);
+    }
+    let plan = KeyPlan::with_lengths(markers, lengths.clone(), limits)?;
+    Ok(candidates
+        .iter()
+        .copied()
+        .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
+        .filter(|&bit| plan.bit_references(bit) == 0)
+        .collect())
 }
 
 /// The error of a write that left the live filter as it was (a full
