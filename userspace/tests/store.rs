@@ -241,6 +241,26 @@ fn dropped_transactions_change_nothing() {
 }
 
 #[test]
+fn a_replace_after_other_changes_in_its_transaction_replaces_what_they_made() {
+    // The replacement reads the list as the transaction left it, not as
+    // committed.
+    let (_dir, store) = store_listing(&["198.18.0.0/24"]);
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.1.0/24"]))
+        .unwrap();
+    txn.delete(ListKind::Blocklist, Some("cli"), [net("198.18.0.0/24")])
+        .unwrap();
+    let report = txn
+        .replace(ListKind::Blocklist, "cli", cli(&["198.18.2.0/24"]))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.added, [net("198.18.2.0/24")]);
+    assert_eq!(report.removed, [net("198.18.1.0/24")]);
+    assert_eq!(listed(&store), ["198.18.2.0/24"]);
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 1);
+}
+
+#[test]
 fn replace_swaps_a_sources_whole_set_and_keeps_time_added_of_kept_entries() {
     let (_dir, store) = store_listing(&["198.18.0.0/24", "198.18.1.0/24", "198.18.2.0/24"]);
     let before = store

@@ -122,6 +122,30 @@ impl<'a> ListParser<'a> {
         Ok(())
     }
 
+    /// The entries so far.
+    pub(super) fn entries(&self) -> &[ListedNet] {
+        &self.entries
+    }
+
+    /// This parser of the first `lines` lines of a list followed by
+    /// `later`, the parser of the lines after them: `later`'s entries and
+    /// invalid lines as this parser would have taken them.
+    pub(super) fn followed_by(mut self, later: ListParser<'_>, lines: usize) -> Self {
+        self.entries
+            .extend(later.entries.into_iter().map(|entry| ListedNet {
+                line: entry.line + lines,
+                ..entry
+            }));
+        let room = MAX_REPORTED_LINES.saturating_sub(self.invalid.len());
+        self.invalid
+            .extend(later.invalid.into_iter().take(room).map(|error| LineError {
+                line: error.line + lines,
+                ..error
+            }));
+        self.invalid_count += later.invalid_count;
+        self
+    }
+
     pub(super) fn finish(self) -> Result<ParsedList, ListError> {
         if self.invalid_count > 0 && !self.options.skip_invalid {
             return Err(ListError::InvalidLines {
