@@ -57,14 +57,9 @@ where
             *slot = hash;
             len += 1;
         }
-        if len == GROUP {
-            self.found = self.filter.contains_group(hashes);
-        } else {
-            // The last, partial group: one at a time.
-            for (found, &hash) in self.found.iter_mut().zip(&hashes).take(len) {
-                *found = self.filter.contains_hash(hash);
-            }
-        }
+        // The last group may be partial: the answers for its padding are
+        // never read.
+        self.found = self.filter.contains_group(hashes);
         self.next = 0;
         self.len = len;
     }
