@@ -250,7 +250,7 @@ fn run(operations: &[Operation]) {
                 } else {
                     // What the writes run beside is told is what they did.
                     let (report, told) = txn
-                        .replace_beside(ListKind::Blocklist, source, entries, Clone::clone)
+                        .replace_beside(ListKind::Blocklist, source, &entries, Clone::clone)
                         .expect("a replace");
                     assert_eq!(told, report, "{operation:?}");
                     assert_eq!(sorted(report.added), sorted(added), "{operation:?}");

@@ -615,7 +615,7 @@ fn record<P: Send>(
     let recorded = match change {
         UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.add(list, source, counted(entries, progress))?;
+            let stored = txn.add(list, source, counted(entries, progress).copied())?;
             report.repeated = stored.repeated;
             report.joined = stored.joined.len();
             report.already_listed = stored.already_listed;
@@ -670,12 +670,12 @@ fn record<P: Send>(
 fn counted<'a>(
     entries: &'a [NewEntry<'a>],
     progress: &'a dyn Progress,
-) -> impl Iterator<Item = NewEntry<'a>> + 'a {
+) -> impl Iterator<Item = &'a NewEntry<'a>> + 'a {
     entries.iter().enumerate().map(move |(index, entry)| {
         if index % 4096 == 4095 {
             progress.advance(4096);
         }
-        *entry
+        entry
     })
 }
 

@@ -144,16 +144,16 @@ impl<'e, 'a> Steps<'e, 'a> {
     /// entry if the next one lists it.
     fn take_through(
         &mut self,
-        entries: &mut std::iter::Peekable<std::slice::Iter<'e, (NetBytes, NewEntry<'a>)>>,
+        entries: &mut std::iter::Peekable<std::slice::Iter<'_, (NetBytes, &'e NewEntry<'a>)>>,
         net: NetBytes,
         held: Held,
     ) {
         while let Some((before, entry)) = entries.next_if(|(next, _)| *next < net) {
-            self.take(*before, Some(entry), Held::default());
+            self.take(*before, Some(*entry), Held::default());
         }
         let entry = entries
             .next_if(|(next, _)| *next == net)
-            .map(|(_, entry)| entry);
+            .map(|(_, entry)| *entry);
         self.take(net, entry, held);
     }
 }
@@ -195,10 +195,13 @@ pub const ROWS_PER_LOOKUP: u64 = 16;
 /// `entries` keyed by their stored form, in order, the first of any
 /// repeats kept (ordered writes touch each page of a table once), and how
 /// many repeats there were.
-fn in_order<'a>(
-    entries: impl IntoIterator<Item = NewEntry<'a>>,
-) -> (Vec<(NetBytes, NewEntry<'a>)>, usize) {
-    let mut entries: Vec<(NetBytes, NewEntry<'a>)> = entries
+fn in_order<'e, 'a>(
+    entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
+) -> (Vec<(NetBytes, &'e NewEntry<'a>)>, usize)
+where
+    'a: 'e,
+{
+    let mut entries: Vec<(NetBytes, &NewEntry<'a>)> = entries
         .into_iter()
         .map(|entry| (encode_net(&entry.net), entry))
         .collect();
@@ -292,7 +295,7 @@ impl<'t> ListWriter<'t> {
     fn replacement<'e, 'a>(
         &self,
         source: u32,
-        entries: &'e [(NetBytes, NewEntry<'a>)],
+        entries: &[(NetBytes, &'e NewEntry<'a>)],
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
         let mut new = entries.iter().peekable();
@@ -312,7 +315,7 @@ impl<'t> ListWriter<'t> {
         }
         // Entries after the last listed network: the list lacks them.
         for (net, entry) in new {
-            steps.take(*net, Some(entry), Held::default());
+            steps.take(*net, Some(*entry), Held::default());
         }
         Ok(steps)
     }
@@ -475,7 +478,8 @@ impl StoreTransaction<'_> {
     ) -> Result<AddReport, StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
-        let (entries, repeated) = in_order(entries);
+        let entries: Vec<NewEntry<'a>> = entries.into_iter().collect();
+        let (entries, repeated) = in_order(&entries);
         store.guarded(|| {
             let mut writer = self.writer(list)?;
             let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
@@ -548,7 +552,8 @@ impl StoreTransaction<'_> {
         source: &str,
         entries: impl IntoIterator<Item = NewEntry<'a>>,
     ) -> Result<ReplaceReport, StoreError> {
-        self.replace_beside(list, source, entries, |_| ())
+        let entries: Vec<NewEntry<'a>> = entries.into_iter().collect();
+        self.replace_beside(list, source, &entries, |_| ())
             .map(|(report, ())| report)
     }
 
@@ -557,11 +562,11 @@ impl StoreTransaction<'_> {
     /// once the list has been read, so work that needs only the change
     /// (planning the filter keys around it) overlaps the writes. A panic in
     /// `beside` is resumed here once the writes are done.
-    pub fn replace_beside<'a, R: Send>(
+    pub fn replace_beside<'e, 'a: 'e, R: Send>(
         &mut self,
         list: ListKind,
         source: &str,
-        entries: impl IntoIterator<Item = NewEntry<'a>>,
+        entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
         beside: impl FnOnce(&ReplaceReport) -> R + Send,
     ) -> Result<(ReplaceReport, R), StoreError> {
         let store = self.store;
