@@ -75,6 +75,31 @@ impl core::error::Error for RemoveError {}
 
 /// `HASHES` counters per item of `COUNTER_BITS` bits each, packed in the
 /// 64-bit words of `W` (an array, a `Vec<u64>`, a slice of mapped memory).
+///
+/// The parameters are checked at compile time: 1 to 32 hashes, counters
+/// of 1 or 4 bits, and an array of at least one word.
+///
+/// ```
+/// use filter_core::bloom::{PackedBloom, StaticBloomFilter};
+/// let _ = StaticBloomFilter::<1, 32>::new(7);
+/// let _ = PackedBloom::<[u64; 1], 1, 4>::new(7);
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::StaticBloomFilter;
+/// let _ = StaticBloomFilter::<1, 0>::new(7); // no hash
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::StaticBloomFilter;
+/// let _ = StaticBloomFilter::<1, 33>::new(7); // more than 32 hashes
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::PackedBloom;
+/// let _ = PackedBloom::<[u64; 1], 3, 2>::new(7); // 2-bit counters
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::StaticBloomFilter;
+/// let _ = StaticBloomFilter::<0, 3>::new(7); // no word
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedBloom<W, const HASHES: u32, const COUNTER_BITS: u32> {
     words: W,
