@@ -295,3 +295,21 @@ impl<W: AsRef<[u64]> + AsMut<[u64]>, const HASHES: u32> CountingBloomFilter<W, H
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_holds_from_one_word_to_two_to_the_32_cells() {
+        // Checked without the memory: 2^26 words of 64 one-bit cells.
+        assert_eq!(check_words(1 << 26, 64), Ok(()));
+        assert_eq!(
+            check_words((1 << 26) + 1, 64),
+            Err(StorageError::TooLarge((1 << 26) + 1))
+        );
+        assert_eq!(check_words(1 << 28, 16), Ok(()));
+        assert_eq!(check_words(1, 64), Ok(()));
+        assert_eq!(check_words(0, 64), Err(StorageError::Empty));
+    }
+}

@@ -9,7 +9,7 @@
 
 use filter_core::bloom::COUNTER_MAX;
 use filter_core::sizing::{bloom_hashes, bloom_words};
-use filter_core::{BloomFilter, RemoveError, StaticCountingBloomFilter};
+use filter_core::{BloomFilter, RemoveError, StaticCountingBloomFilter, StorageError};
 
 const ITEMS: usize = 100_000;
 const WORDS: usize = bloom_words(ITEMS, 0.01);
@@ -116,4 +116,16 @@ fn a_counter_just_below_saturation_still_counts_down() {
     }
     assert!(counters(&filter).iter().all(|&c| c == 0));
     assert_eq!(filter.remove(&7u64), Err(RemoveError::NotPresent));
+}
+
+#[test]
+fn storage_without_a_word_is_refused_and_errors_say_what_happened() {
+    assert_eq!(
+        BloomFilter::<_, 3>::with_storage(Vec::<u64>::new(), 1).err(),
+        Some(StorageError::Empty)
+    );
+    assert_eq!(
+        RemoveError::NotPresent.to_string(),
+        "item is not in the counting Bloom filter (nothing was changed)"
+    );
 }
