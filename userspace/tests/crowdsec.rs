@@ -473,6 +473,43 @@ fn bad_answers_are_one_log_line_and_change_nothing() {
     );
 }
 
+#[test]
+fn a_lapi_no_longer_followed_takes_its_decisions_with_it() {
+    let (network, cfctl) = attached(146, "crowdsec-gone", "1000", "skb");
+    let (v4, other) = (network.v4(3).to_string(), network.v4(4).to_string());
+    let lapi = FeedServer::start(Answer::List(stream(&[("Ip", &v4)])));
+    let dir = tempfile::tempdir().expect("a directory for the key");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
+    let following = format!(
+        "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
+        lapi.address,
+        key.display()
+    );
+    let agent = Agent::start(&cfctl, &following);
+    wait_for("the decision", || listed(&cfctl, &v4));
+    cfctl.ok(&["add", &other]);
+
+    agent.reload("[metrics]\nlisten = \"\"\n");
+    wait_for("the decision withdrawn", || !listed(&cfctl, &v4));
+    assert!(crowdsec_nets(&cfctl).is_empty());
+    assert!(listed(&cfctl, &other), "the command line's entry stays");
+    assert!(agent.log().contains("its decisions are withdrawn"));
+
+    // Followed again, the LAPI is asked for its whole list: it moved this
+    // bouncer past the decisions withdrawn.
+    lapi.requests.lock().expect("the requests").clear();
+    agent.reload(&following);
+    wait_for("the decision back", || listed(&cfctl, &v4));
+    let requests = lapi.requests.lock().expect("the requests").clone();
+    assert!(
+        requests
+            .first()
+            .is_some_and(|url| url.contains("startup=true")),
+        "{requests:?}"
+    );
+}
+
 /// The networks `cfctl` lists for source crowdsec, sorted.
 fn crowdsec_nets(cfctl: &common::cfctl::Cfctl) -> Vec<String> {
     let entries = cfctl.json(&["list", "--source", "crowdsec"]);

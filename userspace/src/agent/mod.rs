@@ -289,6 +289,7 @@ impl Agent {
             // After the fetches, so that a renamed feed's new list is in
             // before the old one goes.
             retire_unconfigured_feeds(&mut control, config)?;
+            retire_unfollowed_crowdsec(&mut control, config)?;
             self.retire_pending = false;
         }
         drop(control);
@@ -547,6 +548,45 @@ impl Agent {
         txn.commit()?;
         Ok(())
     }
+}
+
+/// Withdraws the entries of source `crowdsec` when `config` follows no
+/// CrowdSec Local API, and forgets the state of every LAPI it does not
+/// follow, so that following one again starts with its whole list (a
+/// LAPI whose URL changed replaces the source's entries at its first
+/// pull).
+fn retire_unfollowed_crowdsec(control: &mut Control, config: &Config) -> Result<(), AgentError> {
+    let followed = config.crowdsec.as_ref().map(|lapi| lapi.url.as_str());
+    let listed = control
+        .store()
+        .source_counts(ListKind::Blocklist)?
+        .into_iter()
+        .any(|(source, count)| source == crowdsec::SOURCE && count > 0);
+    if followed.is_none() && listed {
+        let change = Change::Replace {
+            source: crowdsec::SOURCE,
+            entries: &[],
+        };
+        let report = control.change(ListKind::Blocklist, change, &NoProgress)?;
+        tracing::info!(
+            withdrawn = report.deleted,
+            "CrowdSec no longer configured: its decisions are withdrawn"
+        );
+    }
+    let forgotten: Vec<String> = control
+        .store()
+        .crowdsec_urls()?
+        .into_iter()
+        .filter(|url| Some(url.as_str()) != followed)
+        .collect();
+    if !forgotten.is_empty() {
+        let mut txn = control.store().begin()?;
+        for url in &forgotten {
+            txn.remove_crowdsec_state(url)?;
+        }
+        txn.commit()?;
+    }
+    Ok(())
 }
 
 /// Empties every `feed:` source that `config` does not name for its list,

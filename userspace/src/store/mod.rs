@@ -613,6 +613,24 @@ impl Store {
             .map_err(|error| self.corrupt(format!("state of CrowdSec LAPI {url}: {error}")))
     }
 
+    /// The URLs of the CrowdSec Local APIs the agent keeps a state of.
+    pub fn crowdsec_urls(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = schema::crowdsec_state_key("");
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let table = txn.open_table(SETTINGS).in_store(self)?;
+            let mut urls = Vec::new();
+            for row in table.range(prefix.as_str()..).in_store(self)? {
+                let (key, _) = row.in_store(self)?;
+                let Some(url) = key.value().strip_prefix(prefix.as_str()) else {
+                    break;
+                };
+                urls.push(url.to_owned());
+            }
+            Ok(urls)
+        })
+    }
+
     fn setting_text(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;

@@ -665,10 +665,24 @@ impl StoreTransaction<'_> {
 
     /// Forgets the state of feed `name` (a feed no longer configured).
     pub fn remove_feed_state(&mut self, name: &str) -> Result<(), StoreError> {
+        self.remove(FEEDS, name)
+    }
+
+    /// Forgets the state of the CrowdSec Local API at `url` (one no longer
+    /// followed): following it again starts with its whole list.
+    pub fn remove_crowdsec_state(&mut self, url: &str) -> Result<(), StoreError> {
+        self.remove(SETTINGS, &super::schema::crowdsec_state_key(url))
+    }
+
+    fn remove(
+        &mut self,
+        table: redb::TableDefinition<&str, &str>,
+        key: &str,
+    ) -> Result<(), StoreError> {
         let store = self.store;
         store.guarded(|| {
-            let mut table = self.txn.open_table(FEEDS).in_store(store)?;
-            table.remove(name).in_store(store)?;
+            let mut table = self.txn.open_table(table).in_store(store)?;
+            table.remove(key).in_store(store)?;
             Ok(())
         })
     }

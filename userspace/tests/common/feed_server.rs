@@ -18,11 +18,13 @@ pub enum Answer {
 }
 
 /// A feed server on 127.0.0.1: `GET /list` answers with the current
-/// [`Answer`]; it counts requests and conditional ones.
+/// [`Answer`]; it counts conditional requests and keeps the URL of each.
 pub struct FeedServer {
     pub address: SocketAddr,
     answer: Arc<Mutex<Answer>>,
     pub not_modified: Arc<AtomicU64>,
+    /// The URL (path and query) of every request, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
     server: Arc<tiny_http::Server>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -40,11 +42,16 @@ impl FeedServer {
         let address = server.server_addr().to_ip().expect("an IP address");
         let answer = Arc::new(Mutex::new(answer));
         let not_modified = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
         let thread = {
             let (server, answer) = (Arc::clone(&server), Arc::clone(&answer));
-            let not_modified = Arc::clone(&not_modified);
+            let (not_modified, requests) = (Arc::clone(&not_modified), Arc::clone(&requests));
             std::thread::spawn(move || {
                 for request in server.incoming_requests() {
+                    requests
+                        .lock()
+                        .expect("the requests")
+                        .push(request.url().to_owned());
                     let condition = request
                         .headers()
                         .iter()
@@ -84,6 +91,7 @@ impl FeedServer {
             address,
             answer,
             not_modified,
+            requests,
             server,
             thread: Some(thread),
         }
