@@ -4,12 +4,16 @@
 //! itself; a strict parse that succeeds gives the same entries as a
 //! lenient one, which then skips nothing; a lenient parse fails only for
 //! the whole list (a line too long, too many entries), and then the strict
-//! one fails too. The first input byte picks the format and the entry
-//! limit, the rest is the list.
+//! one fails too; the list parsed in two halves at once (split at the
+//! line end after its middle, as a long list in memory is) gives what one
+//! parse of the whole gives. The first input byte picks the format and
+//! the entry limit, the rest is the list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use userspace::blocklist::{parse_bytes, parse_net, ListError, ListFormat, ParseOptions};
+use userspace::blocklist::{
+    parse_bytes, parse_in_halves, parse_net, parse_reader, ListError, ListFormat, ParseOptions,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, list)) = data.split_first() else {
@@ -30,6 +34,16 @@ fuzz_target!(|data: &[u8]| {
         skip_invalid,
         max_entries,
     };
+    let middle = list.len() / 2;
+    if let Some(at) = list[middle..].iter().position(|&byte| byte == b'\n') {
+        let at = middle + at + 1;
+        let whole = parse_reader(list, "fuzz.txt", options(true));
+        match (whole, parse_in_halves(list, at, "fuzz.txt", options(true))) {
+            (Ok(whole), Ok(halves)) => assert_eq!(whole, halves),
+            (Err(whole), Err(halves)) => assert_eq!(whole.to_string(), halves.to_string()),
+            (whole, halves) => panic!("whole {whole:?}, halves {halves:?}"),
+        }
+    }
     let strict = parse_bytes(list, "fuzz.txt", options(false));
     let lenient = match parse_bytes(list, "fuzz.txt", options(true)) {
         Ok(lenient) => lenient,

@@ -409,27 +409,31 @@ pub fn parse_bytes(
     source_name: &str,
     options: ParseOptions,
 ) -> Result<ParsedList, ListError> {
+    if bytes.len() < PARALLEL_PARSE_BYTES {
+        return parse_reader(bytes, source_name, options);
+    }
     let middle = bytes.len() / 2;
-    let split = bytes[middle..]
+    let at = bytes[middle..]
         .iter()
         .position(|&byte| byte == b'\n')
-        .map(|at| middle + at + 1);
-    match split {
-        Some(at) if bytes.len() >= PARALLEL_PARSE_BYTES => {
-            parse_halves(bytes, at, source_name, options)
-        }
-        _ => parse_reader(bytes, source_name, options),
-    }
+        .map_or(bytes.len(), |at| middle + at + 1);
+    parse_in_halves(bytes, at, source_name, options)
 }
 
-/// [`parse_bytes`] of `bytes` split at `at` (which starts a line), each
-/// half on a thread of its own.
-fn parse_halves(
+/// Parses a list held in memory in two halves at once, split at `at`,
+/// with the result of one parse of the whole ([`parse_reader`]). A split
+/// that does not start a line, or leaves a half empty, parses the whole
+/// on one thread.
+pub fn parse_in_halves(
     bytes: &[u8],
     at: usize,
     source_name: &str,
     options: ParseOptions,
 ) -> Result<ParsedList, ListError> {
+    let starts_a_line = at > 0 && at < bytes.len() && bytes[at - 1] == b'\n';
+    if !starts_a_line {
+        return parse_reader(bytes, source_name, options);
+    }
     let format = match options.format {
         Some(format) => format,
         None => {
@@ -767,7 +771,7 @@ mod tests {
             let at = ends[split.index(ends.len())];
             let options = ParseOptions { format, skip_invalid, max_entries };
             let whole = parse_reader(&text[..], "test.list", options);
-            let halves = parse_halves(&text, at, "test.list", options);
+            let halves = parse_in_halves(&text, at, "test.list", options);
             match (whole, halves) {
                 (Ok(whole), Ok(halves)) => proptest::prop_assert_eq!(whole, halves),
                 (Err(whole), Err(halves)) => proptest::prop_assert_eq!(whole.to_string(), halves.to_string()),
