@@ -117,8 +117,10 @@ impl NetKey {
         Self::ipv6(high, low, prefix_len)
     }
 
+    /// The key's first word: the tag, the family in bits 8 to 15 and the
+    /// prefix length in bits 0 to 7 (disjoint fields, so their sum).
     const fn tag_word(family: AddressFamily, prefix_len: u8) -> u64 {
-        KEY_TAG | family.tag() << 8 | prefix_len as u64
+        KEY_TAG + (family.tag() << 8) + prefix_len as u64
     }
 
     /// The address family.
