@@ -283,18 +283,21 @@ fn contains_as<F: TableFingerprint, const S: usize>(
     maps: &mut BlocklistMaps,
     keys: &[NetKey],
 ) -> Result<Vec<bool>> {
-    let prefilter = maps.live_prefilter();
     let profile = maps.live_profile();
-    let filter = filter_for_keys::<F, S>(maps, keys)?;
-    let seed = filter.seed();
-    Ok(keys
+    let marked: Vec<bool> = keys
         .iter()
         .map(|key| {
             let lengths = profile.lengths(key.family());
             lengths.contains(&key.prefix_len())
-                && key_bits(key, lengths).all(|bit| prefilter.contains(bit))
-                && filter.contains_hash(key.hash(seed))
+                && key_bits(key, lengths).all(|bit| maps.prefilter_has(bit))
         })
+        .collect();
+    let filter = filter_for_keys::<F, S>(maps, keys)?;
+    let seed = filter.seed();
+    Ok(keys
+        .iter()
+        .zip(marked)
+        .map(|(key, marked)| marked && filter.contains_hash(key.hash(seed)))
         .collect())
 }
 

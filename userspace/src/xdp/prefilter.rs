@@ -64,6 +64,13 @@ impl BlocklistMaps {
         prefilter
     }
 
+    /// Whether `bit` is set in the live profile's prefilter (one byte read,
+    /// where [`Self::live_prefilter`] copies all 128 KiB).
+    pub fn prefilter_has(&self, bit: PrefilterBit) -> bool {
+        self.block_byte(bit)
+            .is_some_and(|block| block.load(Ordering::Acquire) & bit.mask() != 0)
+    }
+
     /// Sets the prefilter bits of `keys` (see
     /// [`blocklist_ebpf::prefilter::key_bits`]) in the live profile's
     /// prefilter. Call before inserting the keys.
