@@ -61,6 +61,16 @@ pub enum Parameter {
     BucketCount,
 }
 
+impl core::fmt::Display for Parameter {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Parameter::FingerprintBits => "fingerprint width",
+            Parameter::SlotsPerBucket => "slots per bucket",
+            Parameter::BucketCount => "bucket count",
+        })
+    }
+}
+
 /// Why a snapshot was rejected. The target filter is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -129,7 +139,7 @@ impl core::fmt::Display for SnapshotError {
                 found,
             } => write!(
                 f,
-                "snapshot {parameter:?} is {found}, the target filter's is {expected}"
+                "snapshot {parameter} is {found}, the target filter's is {expected}"
             ),
             SnapshotError::Truncated { expected, received } => {
                 write!(f, "snapshot truncated: {received} of {expected} bytes")

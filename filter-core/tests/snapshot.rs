@@ -260,3 +260,66 @@ fn a_header_with_any_field_out_of_range_is_invalid() {
         );
     }
 }
+
+#[test]
+fn every_error_says_what_is_wrong_with_its_values() {
+    let cases = [
+        (SnapshotError::BadMagic, "not a filter snapshot (bad magic)"),
+        (
+            SnapshotError::UnsupportedVersion(9),
+            "unsupported snapshot version 9",
+        ),
+        (
+            SnapshotError::UnsupportedKind(7),
+            "unsupported filter kind 7",
+        ),
+        (SnapshotError::InvalidHeader, "invalid snapshot header"),
+        (
+            SnapshotError::ParameterMismatch {
+                parameter: Parameter::BucketCount,
+                expected: 1024,
+                found: 512,
+            },
+            "snapshot bucket count is 512, the target filter's is 1024",
+        ),
+        (
+            SnapshotError::Truncated {
+                expected: 100,
+                received: 40,
+            },
+            "snapshot truncated: 40 of 100 bytes",
+        ),
+        (
+            SnapshotError::TooLong { expected: 100 },
+            "snapshot longer than its 100 bytes",
+        ),
+        (
+            SnapshotError::CrcMismatch {
+                stored: 0xdead_beef,
+                computed: 0x1234,
+            },
+            "snapshot corrupted: CRC-32 is 0x00001234, trailer says 0xdeadbeef",
+        ),
+        (
+            SnapshotError::CountMismatch {
+                header: 5,
+                counted: 4,
+            },
+            "snapshot header counts 5 items but the table holds 4",
+        ),
+        (
+            SnapshotError::BufferTooSmall { needed: 64 },
+            "buffer too small for the snapshot: 64 bytes needed",
+        ),
+    ];
+    for (error, text) in cases {
+        assert_eq!(error.to_string(), text);
+    }
+    for (parameter, name) in [
+        (Parameter::FingerprintBits, "fingerprint width"),
+        (Parameter::SlotsPerBucket, "slots per bucket"),
+        (Parameter::BucketCount, "bucket count"),
+    ] {
+        assert_eq!(parameter.to_string(), name);
+    }
+}

@@ -271,7 +271,7 @@ impl core::fmt::Display for Error {
             Error::InvalidPrefixLen { len } => {
                 write!(f, "prefix length {len} is too long for its address family")
             }
-            Error::InvalidParameter { parameter } => write!(f, "invalid {parameter:?}"),
+            Error::InvalidParameter { parameter } => write!(f, "invalid {parameter}"),
             Error::Full { added } => {
                 write!(
                     f,
