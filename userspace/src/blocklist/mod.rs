@@ -50,7 +50,7 @@
 mod stream;
 
 use std::fmt;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -387,14 +387,27 @@ fn cidr_problem(text: &str) -> LineProblem {
     }
 }
 
+/// Regular files up to this size are read whole and parsed as bytes (in
+/// halves, when long); larger ones, and pipes and devices, as a stream.
+const MAX_FILE_IN_MEMORY: u64 = 1 << 28;
+
 /// Parses the list in the file at `path`, named by its path as given.
 pub fn parse_file(path: &Path, options: ParseOptions) -> Result<ParsedList, ListError> {
     let source_name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|error| ListError::Read {
+    let read_error = |error| ListError::Read {
         source_name: source_name.clone(),
         error,
-    })?;
-    parse_reader(BufReader::new(file), &source_name, options)
+    };
+    let mut file = std::fs::File::open(path).map_err(read_error)?;
+    let regular = file
+        .metadata()
+        .is_ok_and(|metadata| metadata.is_file() && metadata.len() <= MAX_FILE_IN_MEMORY);
+    if !regular {
+        return parse_reader(BufReader::new(file), &source_name, options);
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(read_error)?;
+    parse_bytes(&bytes, &source_name, options)
 }
 
 /// Lists held in memory at least this long are parsed in two halves at
