@@ -35,8 +35,11 @@
 //! fail with `file:line: reason: 'text'` (and how many more lines are bad),
 //! unless [`ParseOptions::skip_invalid`] is set, in which case bad lines are
 //! returned as warnings next to the good entries. The quoted text is cut
-//! ([`crate::text::excerpt`]); cfctl escapes it where it prints it. The input is read as a stream,
-//! one line at a time: a line longer than [`MAX_LINE_BYTES`] (no blocklist
+//! ([`crate::text::excerpt`]); cfctl escapes it where it prints it. The
+//! input is read one line at a time, as a stream (standard input, pipes,
+//! devices, files over 256 MiB) or from memory (smaller files, feed
+//! bodies; from 1 MiB on in two halves at once, with the result of one
+//! parse of the whole): a line longer than [`MAX_LINE_BYTES`] (no blocklist
 //! has one; `/dev/zero` is one endless line) or more than
 //! [`ParseOptions::max_entries`] entries end the parse at once with an
 //! error, whatever `skip_invalid` says, and comments are bounded by
