@@ -63,6 +63,8 @@ fn chunked_export_and_import_round_trip_at_any_chunk_size() {
     let whole = snapshot_of(&source);
     for chunk in [1, 3, 7, 32, 64, 500, 4096] {
         let mut exporter = SnapshotExporter::new(&source);
+        assert_eq!(exporter.total_len(), whole.len() as u64);
+        assert_eq!((exporter.position(), exporter.is_done()), (0, false));
         let mut exported = Vec::new();
         let mut buffer = vec![0u8; chunk];
         loop {
@@ -71,6 +73,8 @@ fn chunked_export_and_import_round_trip_at_any_chunk_size() {
                 break;
             }
             exported.extend_from_slice(&buffer[..n]);
+            assert_eq!(exporter.position(), exported.len() as u64);
+            assert_eq!(exporter.is_done(), exported.len() == whole.len());
         }
         assert!(exporter.is_done());
         assert_eq!(exported, whole, "chunk size {chunk}");
