@@ -39,8 +39,12 @@ fn assert_same(a: &Small, b: &Small) {
 fn load_chunked(bytes: &[u8], chunk: usize) -> Result<Small, SnapshotError> {
     let mut staging = Small::new(0);
     let mut loader = SnapshotLoader::new();
+    let mut fed = 0;
     for piece in bytes.chunks(chunk) {
         loader.feed(&mut staging, piece)?;
+        fed += piece.len();
+        assert_eq!(loader.position(), fed as u64);
+        assert_eq!(loader.header().is_some(), fed >= HEADER_LEN);
     }
     loader.finish(&mut staging)?;
     Ok(staging)
