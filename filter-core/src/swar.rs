@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! low  = every lane's bits but its top bit  (0x7f7f…, 0x7fff…, 0x7fffffff…)
-//! zero = !(((x & low) + low) | x | low)
+//! tops = the top bit of every lane that holds a slot
+//! zero = !(((x & low) + low) | x) & tops
 //! ```
 //!
 //! `(x & low) + low` cannot carry out of a lane (at most `2·low < 2^BITS`),
@@ -19,9 +20,10 @@
 //! `zero` is set if and only if that lane of `x` is zero, whatever the
 //! neighbouring lanes hold. (The classic `(x - 0x01…) & !x & 0x80…` is exact
 //! only for "is there any zero lane": a borrow out of a zero lane can mark
-//! the lane above it, which would miscount and mislocate slots.) Lanes past
-//! the bucket's last slot, when it fills less than a word, are masked off,
-//! so searching for the empty fingerprint never reports padding.
+//! the lane above it, which would miscount and mislocate slots.) `tops`
+//! keeps only those top bits, and leaves out the lanes past the bucket's
+//! last slot when it fills less than a word, so searching for the empty
+//! fingerprint never reports padding.
 //!
 //! Everything is straight-line code over constants known at compile time:
 //! no branch depends on the bucket's contents, which is what lets a lookup
@@ -53,11 +55,13 @@ const fn lane_ones(bits: u32) -> u64 {
     u64::MAX / (u64::MAX >> (64 - bits))
 }
 
-/// The top bit of each lane of word `word` that holds a slot of the bucket.
+/// The top bit of each lane that holds a slot of the bucket, in any of its
+/// words: a bucket of under 64 bits fills the low part of one word, a
+/// larger one whole words (slots are 1, 2, 4 or 8 of 8, 16 or 32 bits).
 #[inline(always)]
-const fn slot_lane_tops(bits: u32, slots: usize, word: usize) -> u64 {
+const fn slot_lane_tops(bits: u32, slots: usize) -> u64 {
     let tops = lane_ones(bits) << (bits - 1);
-    let used_bits = (slots * bits as usize).saturating_sub(word * 64);
+    let used_bits = slots * bits as usize;
     if used_bits >= 64 {
         tops
     } else {
@@ -87,18 +91,13 @@ pub(crate) fn slot_matches<F: Fingerprint, const S: usize>(
 ) -> SlotMatches<F> {
     let ones = lane_ones(F::BITS);
     let low = !(ones << (F::BITS - 1));
+    let tops = slot_lane_tops(F::BITS, S);
     let repeated = ones.wrapping_mul(u64::from(fingerprint.to_u32()));
     let mut lanes = [0u64; MAX_WORDS];
     let words = bucket_words(bucket);
-    for (index, (lane, word)) in lanes
-        .iter_mut()
-        .zip(words)
-        .enumerate()
-        .take(word_count(F::BITS, S))
-    {
+    for (lane, word) in lanes.iter_mut().zip(words).take(word_count(F::BITS, S)) {
         let x = word ^ repeated;
-        let zero_lanes = !(((x & low).wrapping_add(low)) | x | low);
-        *lane = zero_lanes & slot_lane_tops(F::BITS, S, index);
+        *lane = !(((x & low).wrapping_add(low)) | x) & tops;
     }
     SlotMatches {
         lanes,

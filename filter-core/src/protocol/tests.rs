@@ -348,3 +348,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn frame_errors_say_what_is_wrong() {
+    use std::string::ToString;
+    let cases = [
+        (
+            FrameError::Oversized.to_string(),
+            std::format!("frame longer than {MAX_FRAME_LEN} bytes"),
+        ),
+        (
+            FrameError::Encoding.to_string(),
+            "frame is not valid COBS".into(),
+        ),
+        (
+            FrameError::Truncated.to_string(),
+            "frame too short to hold a CRC".into(),
+        ),
+        (
+            FrameError::Crc {
+                stored: 1,
+                computed: 0xabcd,
+            }
+            .to_string(),
+            "frame corrupted: CRC-32 is 0x0000abcd, frame says 0x00000001".into(),
+        ),
+        (
+            FrameError::Malformed.to_string(),
+            "frame holds no known message".into(),
+        ),
+        (
+            BufferTooSmall.to_string(),
+            "message does not fit the frame buffer".into(),
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(text, expected);
+    }
+}
