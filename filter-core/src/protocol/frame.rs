@@ -146,12 +146,13 @@ impl<const N: usize> FrameReader<N> {
     /// `byte` ends one. Empty frames are skipped.
     pub fn push(&mut self, byte: u8) -> Option<Result<&mut [u8], FrameError>> {
         if byte != 0 {
+            // A full buffer stays full until the delimiter.
             match self.buffer.get_mut(self.len) {
-                Some(slot) if !self.overflowed => {
+                Some(slot) => {
                     *slot = byte;
                     self.len += 1;
                 }
-                _ => self.overflowed = true,
+                None => self.overflowed = true,
             }
             return None;
         }

@@ -386,3 +386,18 @@ fn frame_errors_say_what_is_wrong() {
         assert_eq!(text, expected);
     }
 }
+
+#[test]
+fn a_frame_of_the_largest_length_is_decoded_and_a_longer_one_refused() {
+    // COBS with no zero byte: one code byte per 254 data bytes.
+    let mut largest = std::vec![0x2au8; MAX_FRAME_LEN];
+    assert_ne!(
+        decode::<Request<'_>>(&mut largest).err(),
+        Some(FrameError::Oversized)
+    );
+    let mut longer = std::vec![0x2au8; MAX_FRAME_LEN + 1];
+    assert_eq!(
+        decode::<Request<'_>>(&mut longer).err(),
+        Some(FrameError::Oversized)
+    );
+}
