@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::control::{Change, Control, ControlError, NoProgress, StoreUse};
-use crate::store::{AgentState, FeedState, ListKind, NewEntry};
+use crate::store::{AgentState, FeedState, ListKind, NewEntry, StoreError, StoreTransaction};
 use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
 use metrics::Metrics;
@@ -579,13 +579,26 @@ fn retire_unfollowed_crowdsec(control: &mut Control, config: &Config) -> Result<
         .into_iter()
         .filter(|url| Some(url.as_str()) != followed)
         .collect();
-    if !forgotten.is_empty() {
-        let mut txn = control.store().begin()?;
-        for url in &forgotten {
-            txn.remove_crowdsec_state(url)?;
-        }
-        txn.commit()?;
+    forget(control, &forgotten, |txn, url| {
+        txn.remove_crowdsec_state(url)
+    })
+}
+
+/// Removes the agent's state of each of `names` with `remove`, in one
+/// transaction (none when there are none).
+fn forget(
+    control: &Control,
+    names: &[String],
+    remove: impl Fn(&mut StoreTransaction<'_>, &str) -> Result<(), StoreError>,
+) -> Result<(), AgentError> {
+    if names.is_empty() {
+        return Ok(());
     }
+    let mut txn = control.store().begin()?;
+    for name in names {
+        remove(&mut txn, name)?;
+    }
+    txn.commit()?;
     Ok(())
 }
 
@@ -626,12 +639,5 @@ fn retire_unconfigured_feeds(control: &mut Control, config: &Config) -> Result<(
         .map(|(name, _)| name)
         .filter(|name| !named.contains(name.as_str()))
         .collect();
-    if !forgotten.is_empty() {
-        let mut txn = control.store().begin()?;
-        for name in &forgotten {
-            txn.remove_feed_state(name)?;
-        }
-        txn.commit()?;
-    }
-    Ok(())
+    forget(control, &forgotten, |txn, name| txn.remove_feed_state(name))
 }
