@@ -130,3 +130,29 @@ fn net_keys_hash_like_their_words_through_the_generic_hasher() {
         }
     }
 }
+
+#[test]
+fn bytes_hash_the_same_however_the_writes_split_them() {
+    use core::hash::Hasher;
+    let bytes: Vec<u8> = (1..=20).collect();
+    let whole = {
+        let mut hasher = KeyedHasher::new(7);
+        hasher.write(&bytes);
+        hasher.key_hash()
+    };
+    for split in 0..=bytes.len() {
+        let (head, tail) = bytes.split_at(split);
+        let mut hasher = KeyedHasher::new(7);
+        hasher.write(head);
+        hasher.write(tail);
+        assert_eq!(hasher.key_hash(), whole, "split at {split}");
+    }
+}
+
+#[test]
+fn fmix32_is_murmurhash3s_finalizer() {
+    use filter_core::hash::fmix32;
+    assert_eq!(fmix32(0), 0);
+    assert_eq!(fmix32(1), 0x514e_28b7);
+    assert_eq!(fmix32(0xdead_beef), 0x0de5_c6a9);
+}
