@@ -44,7 +44,7 @@ fn import_delete_and_check_against_a_filter() {
         .add(
             ListKind::Blocklist,
             "file:feed.txt",
-            NewEntry::from_list(&list, None),
+            &NewEntry::from_list(&list, None).collect::<Vec<_>>(),
         )
         .unwrap();
     // First import: plan from scratch and fill the filter, then commit.

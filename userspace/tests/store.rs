@@ -46,7 +46,7 @@ fn add_and_delete_report_what_changed() {
         .add(
             ListKind::Blocklist,
             "cli",
-            cli(&[
+            &cli(&[
                 "2001:db8::/32",
                 "198.18.0.0/15",
                 "198.18.0.1/32",
@@ -86,7 +86,7 @@ fn store_listing(nets: &[&str]) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, "cli", cli(nets)).unwrap();
+    txn.add(ListKind::Blocklist, "cli", &cli(nets)).unwrap();
     txn.commit().unwrap();
     (dir, store)
 }
@@ -147,10 +147,10 @@ fn entries_keep_source_comment_and_time_and_survive_reopening() {
         txn.add(
             ListKind::Blocklist,
             "file:dropv6.txt",
-            NewEntry::from_list(&list, None),
+            &NewEntry::from_list(&list, None).collect::<Vec<_>>(),
         )
         .unwrap();
-        txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.1/32"]))
+        txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.0.1/32"]))
             .unwrap();
         txn.commit().unwrap();
     }
@@ -225,12 +225,12 @@ fn dropped_transactions_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.0/24"]))
+    txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.0.0/24"]))
         .unwrap();
     txn.commit().unwrap();
 
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.1.0/24"]))
+    txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.1.0/24"]))
         .unwrap();
     txn.delete(ListKind::Blocklist, Some("cli"), [net("198.18.0.0/24")])
         .unwrap();
@@ -246,7 +246,7 @@ fn a_replace_after_other_changes_in_its_transaction_replaces_what_they_made() {
     // committed.
     let (_dir, store) = store_listing(&["198.18.0.0/24"]);
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.1.0/24"]))
+    txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.1.0/24"]))
         .unwrap();
     txn.delete(ListKind::Blocklist, Some("cli"), [net("198.18.0.0/24")])
         .unwrap();
@@ -302,8 +302,8 @@ fn the_allowlist_is_a_separate_list() {
         expires: None,
     }];
     let mut txn = store.begin().unwrap();
-    txn.add(ListKind::Allowlist, "ops", management).unwrap();
-    txn.add(ListKind::Blocklist, "cli", cli(&["198.18.0.0/15"]))
+    txn.add(ListKind::Allowlist, "ops", &management).unwrap();
+    txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.0.0/15"]))
         .unwrap();
     txn.commit().unwrap();
 
@@ -450,7 +450,7 @@ fn killed_writers_leave_the_last_commit() {
         txn.add(
             ListKind::Blocklist,
             "crash-test",
-            new_entries(&generation(0)),
+            &new_entries(&generation(0)).collect::<Vec<_>>(),
         )
         .unwrap();
         txn.commit().unwrap();
@@ -579,7 +579,7 @@ fn expired_memberships_end_together_and_others_stay() {
     };
     let mut txn = store.begin().unwrap();
     // A source lists the permanent entry for a while: it stays after.
-    txn.add(ListKind::Blocklist, "feed:b", [soon(10)]).unwrap();
+    txn.add(ListKind::Blocklist, "feed:b", &[soon(10)]).unwrap();
     let expiring: Vec<NewEntry> = (0..1000u32)
         .map(|host| NewEntry {
             net: IpNet::from(IpAddr::from(Ipv4Addr::from(0xc613_0000 + host))),
@@ -587,7 +587,7 @@ fn expired_memberships_end_together_and_others_stay() {
             expires: Some(now + Duration::from_secs(10)),
         })
         .collect();
-    txn.add(ListKind::Blocklist, "cli", expiring).unwrap();
+    txn.add(ListKind::Blocklist, "cli", &expiring).unwrap();
     txn.commit().unwrap();
     assert_eq!(store.next_expiry().unwrap().map(|at| at >= now), Some(true));
 

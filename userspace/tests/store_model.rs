@@ -187,7 +187,7 @@ fn run(operations: &[Operation]) {
         })
         .collect();
     let mut txn = store.begin().expect("a transaction");
-    txn.add(ListKind::Blocklist, "file:base", base.iter().copied())
+    txn.add(ListKind::Blocklist, "file:base", &base)
         .expect("the base list");
     txn.commit().expect("a commit");
     for entry in &base {
@@ -241,7 +241,7 @@ fn run(operations: &[Operation]) {
                 }
                 if let Operation::Add(..) = operation {
                     let report = txn
-                        .add(ListKind::Blocklist, source, entries)
+                        .add(ListKind::Blocklist, source, &entries)
                         .expect("an add");
                     assert_eq!(sorted(report.added), sorted(added), "{operation:?}");
                     assert_eq!(sorted(report.joined), sorted(joined), "{operation:?}");

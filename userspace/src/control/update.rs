@@ -615,7 +615,7 @@ fn record<P: Send>(
     let recorded = match change {
         UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.add(list, source, counted(entries, progress).copied())?;
+            let stored = txn.add(list, source, counted(entries, progress))?;
             report.repeated = stored.repeated;
             report.joined = stored.joined.len();
             report.already_listed = stored.already_listed;

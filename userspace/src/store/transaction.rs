@@ -470,16 +470,15 @@ impl StoreTransaction<'_> {
     /// Source `source` lists `entries` in `list` (later repeats of a
     /// network are ignored); networks it listed already keep their time
     /// added and take the new comment and expiry.
-    pub fn add<'a>(
+    pub fn add<'e, 'a: 'e>(
         &mut self,
         list: ListKind,
         source: &str,
-        entries: impl IntoIterator<Item = NewEntry<'a>>,
+        entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
     ) -> Result<AddReport, StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
-        let entries: Vec<NewEntry<'a>> = entries.into_iter().collect();
-        let (entries, repeated) = in_order(&entries);
+        let (entries, repeated) = in_order(entries);
         store.guarded(|| {
             let mut writer = self.writer(list)?;
             let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
