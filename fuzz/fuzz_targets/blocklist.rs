@@ -12,7 +12,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use userspace::blocklist::{
-    parse_bytes, parse_in_halves, parse_net, parse_reader, ListError, ListFormat, ParseOptions,
+    middle_line_start, parse_bytes, parse_in_halves, parse_net, parse_reader, ListError,
+    ListFormat, ParseOptions,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -34,15 +35,12 @@ fuzz_target!(|data: &[u8]| {
         skip_invalid,
         max_entries,
     };
-    let middle = list.len() / 2;
-    if let Some(at) = list[middle..].iter().position(|&byte| byte == b'\n') {
-        let at = middle + at + 1;
-        let whole = parse_reader(list, "fuzz.txt", options(true));
-        match (whole, parse_in_halves(list, at, "fuzz.txt", options(true))) {
-            (Ok(whole), Ok(halves)) => assert_eq!(whole, halves),
-            (Err(whole), Err(halves)) => assert_eq!(whole.to_string(), halves.to_string()),
-            (whole, halves) => panic!("whole {whole:?}, halves {halves:?}"),
-        }
+    let at = middle_line_start(list);
+    let whole = parse_reader(list, "fuzz.txt", options(true));
+    match (whole, parse_in_halves(list, at, "fuzz.txt", options(true))) {
+        (Ok(whole), Ok(halves)) => assert_eq!(whole, halves),
+        (Err(whole), Err(halves)) => assert_eq!(whole.to_string(), halves.to_string()),
+        (whole, halves) => panic!("whole {whole:?}, halves {halves:?}"),
     }
     let strict = parse_bytes(list, "fuzz.txt", options(false));
     let lenient = match parse_bytes(list, "fuzz.txt", options(true)) {

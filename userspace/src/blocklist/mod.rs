@@ -428,12 +428,17 @@ pub fn parse_bytes(
     if bytes.len() < PARALLEL_PARSE_BYTES {
         return parse_reader(bytes, source_name, options);
     }
+    parse_in_halves(bytes, middle_line_start(bytes), source_name, options)
+}
+
+/// Where [`parse_bytes`] splits a long list: the start of the first line
+/// after its middle (its end, when no line starts there).
+pub fn middle_line_start(bytes: &[u8]) -> usize {
     let middle = bytes.len() / 2;
-    let at = bytes[middle..]
+    bytes[middle..]
         .iter()
         .position(|&byte| byte == b'\n')
-        .map_or(bytes.len(), |at| middle + at + 1);
-    parse_in_halves(bytes, at, source_name, options)
+        .map_or(bytes.len(), |at| middle + at + 1)
 }
 
 /// Parses a list held in memory in two halves at once, split at `at`,
