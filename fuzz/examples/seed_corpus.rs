@@ -2,8 +2,9 @@
 //! the frames the firmware tests send, snapshots and flash images of
 //! filters holding entries of the shared blocklists, device answers as a
 //! client meets them, a few hundred lines of each shared blocklist,
-//! frames from listed addresses as the XDP tests send them, and agent
-//! configurations (the shipped example and variations on it).
+//! frames from listed addresses as the XDP tests send them, agent
+//! configurations (the shipped example and variations on it), and CrowdSec
+//! LAPI answers.
 //!
 //! `cargo +nightly run --example seed_corpus -- BLOCKLIST_DIR` in `fuzz/`
 //! (the blocklists the tests use); run it again when a format changes.
@@ -484,6 +485,75 @@ fn agent_configs(dir: &Path) {
     write(dir, "unclosed_table", b"[[feed]\nname = \"a\"\n");
 }
 
+/// One decision as a CrowdSec LAPI (1.6) lists it in
+/// `/v1/decisions/stream`.
+fn lapi_decision(
+    id: u64,
+    (scope, value): (&str, &str),
+    (kind, duration): (&str, &str),
+    (origin, scenario): (&str, &str),
+) -> serde_json::Value {
+    serde_json::json!({
+        "duration": duration, "id": id, "origin": origin, "scenario": scenario,
+        "scope": scope, "type": kind, "value": value,
+        "uuid": format!("5d3e9b9c-0f4c-4c1e-9a51-{id:012x}"),
+    })
+}
+
+/// Runs of LAPI answers as the agent meets them (the first byte: which are
+/// startup answers, and how far the clock moves between them; answers
+/// separated by NUL bytes): a startup list of every scope, type and origin,
+/// then changes, deletions, expiries and the `null` lists of a quiet
+/// stream; addresses from the shared lists.
+fn lapi_answers(dir: &Path, lists: &Path) {
+    let listed_v4 = first_listed(lists, "dshield_top_1000.ipset").to_string();
+    let listed_v6 = first_listed(lists, "spamhaus_dropv6.txt").to_string();
+    let cscli = ("cscli", "manual 'ban' from 'localhost'");
+    let ban = |duration| ("ban", duration);
+    let startup = serde_json::json!({
+        "new": [
+            lapi_decision(1, ("Ip", &listed_v4), ban("3h59m59.5s"), cscli),
+            lapi_decision(2, ("Ip", &listed_v6), ban("167h59m58.1s"), ("crowdsec", "crowdsecurity/ssh-bf")),
+            lapi_decision(3, ("Range", "198.18.0.0/24"), ban("23h59m59s"), cscli),
+            lapi_decision(4, ("Range", "2001:db8::/48"), ban("1h"), cscli),
+            lapi_decision(5, ("Ip", "198.18.0.7"), ban("59m59s"), ("CAPI", "crowdsecurity/http-probing")),
+            lapi_decision(6, ("Ip", "198.18.0.8"), ("captcha", "4h"), cscli),
+            lapi_decision(7, ("Country", "FR"), ban("4h"), cscli),
+            lapi_decision(8, ("Ip", "198.18.0.7"), ban("2m"), ("crowdsec", "crowdsecurity/ssh-slow-bf")),
+            lapi_decision(9, ("Ip", "198.18.0.9"), ban("30s"), cscli),
+        ],
+        "deleted": null,
+    });
+    let changes = serde_json::json!({
+        "new": [
+            lapi_decision(10, ("Ip", &listed_v4), ban("7h59m59s"), cscli),
+            lapi_decision(11, ("Range", "198.18.0.1/24"), ban("1h"), cscli),
+        ],
+        "deleted": [
+            lapi_decision(3, ("Range", "198.18.0.0/24"), ban("-1.606978886s"), cscli),
+            lapi_decision(2, ("Ip", &listed_v6), ban("-4m3s"), cscli),
+        ],
+    });
+    let quiet = serde_json::json!({ "new": null, "deleted": null });
+    let join = |answers: &[&serde_json::Value]| {
+        let mut bytes = Vec::new();
+        for answer in answers {
+            bytes.push(0);
+            bytes.extend(serde_json::to_vec(answer).expect("JSON"));
+        }
+        bytes
+    };
+    let mut startup_then_changes = join(&[&startup, &changes, &quiet, &changes]);
+    startup_then_changes[0] = 0x10;
+    write(dir, "startup_then_changes", &startup_then_changes);
+    let mut expiring = join(&[&startup, &quiet, &quiet, &startup]);
+    expiring[0] = 0xf8;
+    write(dir, "expiring_and_startup_again", &expiring);
+    let mut quiet_only = join(&[&quiet]);
+    quiet_only[0] = 0x01;
+    write(dir, "quiet", &quiet_only);
+}
+
 fn main() {
     let lists = PathBuf::from(
         std::env::args()
@@ -500,4 +570,5 @@ fn main() {
     blocklists(&seeds.join("blocklist"), &lists);
     packets(&seeds.join("packet"), &lists);
     agent_configs(&seeds.join("agent_config"));
+    lapi_answers(&seeds.join("lapi_answers"), &lists);
 }

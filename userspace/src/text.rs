@@ -4,7 +4,9 @@
 //!
 //! * **Bounds.** A comment holds at most [`MAX_COMMENT_BYTES`]
 //!   ([`check_comment`]); an input line quoted in an error is cut to
-//!   [`EXCERPT_CHARS`] characters ([`excerpt`]).
+//!   [`EXCERPT_CHARS`] characters ([`excerpt`]); a duration (a listing's
+//!   timeout, a refresh interval) is at most [`MAX_DURATION`]
+//!   ([`parse_duration`]), so that adding it to the clock cannot overflow.
 //! * **Display.** [`Escaped`] prints text with every control character,
 //!   line or paragraph separator and bidirectional-override character
 //!   written as `\u{..}`, and backslashes doubled, so text can neither
@@ -17,11 +19,34 @@
 //!   back by `cfctl import` gives the same comments, whatever they hold.
 
 use std::fmt;
+use std::time::Duration;
 
 /// The most bytes of UTF-8 a comment may hold.
 pub const MAX_COMMENT_BYTES: usize = 1024;
 /// The most characters of an input line quoted in an error message.
 pub const EXCERPT_CHARS: usize = 80;
+
+/// The longest duration accepted: 100 years of 365.25 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Parses a humantime duration (`90s`, `1h30m`, `7d`) of at least `min`
+/// and at most [`MAX_DURATION`], or says why not in a phrase naming the
+/// text.
+pub fn parse_duration(text: &str, min: Duration) -> Result<Duration, String> {
+    let quoted = excerpt(text);
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|error| format!("'{quoted}' is not a duration like 90s, 1h30m or 7d: {error}"))?;
+    if duration < min {
+        return Err(format!(
+            "'{quoted}' is shorter than {}",
+            humantime::format_duration(min)
+        ));
+    }
+    if duration > MAX_DURATION {
+        return Err(format!("'{quoted}' is longer than 100 years"));
+    }
+    Ok(duration)
+}
 
 /// Why a comment is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -188,6 +213,27 @@ mod tests {
             check_comment(&long),
             Err(CommentProblem::TooLong(MAX_COMMENT_BYTES + 1))
         );
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            parse_duration(" 1h30m ", second),
+            Ok(Duration::from_secs(5400))
+        );
+        assert_eq!(parse_duration("100years", second), Ok(MAX_DURATION));
+        assert_eq!(
+            parse_duration("500000000000y", second),
+            Err("'500000000000y' is longer than 100 years".to_owned())
+        );
+        assert_eq!(
+            parse_duration("10ms", second),
+            Err("'10ms' is shorter than 1s".to_owned())
+        );
+        assert!(parse_duration("soon", second)
+            .unwrap_err()
+            .starts_with("'soon' is not a duration like 90s, 1h30m or 7d: "));
     }
 
     #[test]

@@ -317,6 +317,7 @@ fn every_bad_configuration_line_is_one_clear_error() {
         ),
         (&feed.replace("1m", "soon"), 4, "is not a duration"),
         (&feed.replace("1m", "10ms"), 4, "is shorter than 1s"),
+        (&feed.replace("1m", "101years"), 4, "is longer than 100 years"),
         (
             &feed.replace("http://", "ftp://"),
             3,

@@ -563,6 +563,10 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
                 .into(),
         ),
         (
+            vec!["add", "198.18.1.1", "--timeout", "500000000000y"],
+            "'500000000000y' is longer than 100 years".into(),
+        ),
+        (
             vec!["del", "2001:db8::/129"],
             "'2001:db8::/129': prefix length out of range".into(),
         ),

@@ -45,7 +45,7 @@ use toml::Spanned;
 
 use crate::blocklist::ListFormat;
 use crate::store::ListKind;
-use crate::text::{excerpt, Escaped};
+use crate::text::{excerpt, parse_duration, Escaped};
 
 /// Where the metrics endpoint listens unless told otherwise.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9640";
@@ -341,7 +341,7 @@ fn check_feed(
         (None, None) => return Err(at(span, within("needs a url or a path"))),
     };
     let duration = |value: &Spanned<String>, key: &str, min: Duration| {
-        parse_duration(value, min)
+        parse_duration(value.get_ref(), min)
             .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
     };
     let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
@@ -489,7 +489,7 @@ fn check_crowdsec(
     let duration =
         |value: &Option<Spanned<String>>, key: &str, min: Duration, default: Duration| {
             value.as_ref().map_or(Ok(default), |value| {
-                parse_duration(value, min)
+                parse_duration(value.get_ref(), min)
                     .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
             })
         };
@@ -548,21 +548,6 @@ fn at_least_one<T: Copy + Default + PartialEq>(
         Some(value) => Ok(*value.get_ref()),
         None => Ok(default),
     }
-}
-
-/// A duration like `30s` or `1h`, at least `min`; or why not (a phrase
-/// that follows the key's name).
-fn parse_duration(value: &Spanned<String>, min: Duration) -> Result<Duration, String> {
-    let text = excerpt(value.get_ref());
-    let parsed = humantime::parse_duration(value.get_ref())
-        .map_err(|error| format!("'{text}' is not a duration like 30s or 1h: {error}"))?;
-    if parsed < min {
-        return Err(format!(
-            "'{text}' is shorter than {}",
-            humantime::format_duration(min)
-        ));
-    }
-    Ok(parsed)
 }
 
 /// A listen address: `HOST:PORT` with a literal IP.

@@ -18,7 +18,7 @@
 //!   or a value that is no address or network) is counted as ignored and
 //!   the rest of the answer is taken.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::Path;
@@ -212,8 +212,12 @@ pub fn pull(config: &CrowdsecConfig, startup: bool) -> Result<Answer, PullError>
     serde_json::from_slice(&body).map_err(|error| PullError::Json(error.to_string()))
 }
 
+/// The longest Go duration: `i64::MAX` nanoseconds, about 292 years.
+const MAX_GO_DURATION_SECONDS: f64 = i64::MAX as f64 / 1e9;
+
 /// Parses a Go duration (`1h2m3.5s`, `-1.6s`, `16.9ms`, `0s`); a negative
-/// one is zero.
+/// one is zero. Like Go, refuses one beyond `i64::MAX` nanoseconds, so that
+/// a decision's end cannot overflow the clock.
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     let (negative, mut rest) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -243,6 +247,9 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
         };
         rest = rest.get(unit_end..)?;
         seconds += number * scale;
+    }
+    if seconds > MAX_GO_DURATION_SECONDS {
+        return None;
     }
     if negative || text == "0" {
         return Some(Duration::ZERO);
@@ -366,6 +373,8 @@ pub fn take_answer(
     if startup {
         state.decisions.clear();
     }
+    // What the source lists now: only these can be unlisted.
+    let listed_before: HashSet<IpNet> = state.decisions.values().map(|taken| taken.net).collect();
     // The LAPI sends, for each value, only its longest decision as new,
     // and lists a value as deleted (under any of its decisions' ids) once
     // no decision bans it any more, repeating that in the next few
@@ -408,7 +417,7 @@ pub fn take_answer(
             Ok((net, left)) => {
                 counts.applied += 1;
                 touched.insert(net);
-                state.decisions.insert(
+                let replaced = state.decisions.insert(
                     decision.id,
                     CrowdsecDecision {
                         net,
@@ -418,6 +427,10 @@ pub fn take_answer(
                         taken_ms: now_ms,
                     },
                 );
+                // An id sent again for another network moves the decision.
+                if let Some(replaced) = replaced {
+                    touched.insert(replaced.net);
+                }
             }
             Err(reason) => {
                 counts.ignored += 1;
@@ -462,7 +475,8 @@ pub fn take_answer(
         for net in touched {
             match listed(&net) {
                 Some(entry) => changes.listed.push(entry),
-                None => changes.unlisted.push(net),
+                None if listed_before.contains(&net) => changes.unlisted.push(net),
+                None => {}
             }
         }
     }
@@ -514,9 +528,69 @@ mod tests {
         assert_eq!(secs("1.5µs"), Some(1.5e-6));
         assert_eq!(secs("-1.606978886s"), Some(0.0));
         assert_eq!(secs("0s"), Some(0.0));
-        for bad in ["", "-", "5", "5x", "1h5", "s", "1..2s", "forever"] {
+        assert_eq!(secs("2562047h"), Some(2562047.0 * 3600.0));
+        for bad in [
+            "",
+            "-",
+            "5",
+            "5x",
+            "1h5",
+            "s",
+            "1..2s",
+            "forever",
+            "2562048h",
+            "-2562048h",
+        ] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn an_id_sent_again_for_another_network_moves_its_decision() {
+        let config = config();
+        let mut state = CrowdsecState::default();
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let first = Answer {
+            new: vec![decision(1, "Ip", "198.18.0.1", "1h")],
+            deleted: vec![],
+        };
+        take_answer(&config, &mut state, &first, true, now);
+        let moved = Answer {
+            new: vec![decision(1, "Ip", "198.18.0.2", "1h")],
+            deleted: vec![],
+        };
+        let changes = take_answer(&config, &mut state, &moved, false, now);
+        let listed: Vec<IpNet> = changes.listed.iter().map(|(net, ..)| *net).collect();
+        assert_eq!(listed, ["198.18.0.2/32".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            changes.unlisted,
+            ["198.18.0.1/32".parse::<IpNet>().unwrap()]
+        );
+        // Within one answer, the first network was never listed: nothing to
+        // unlist.
+        let twice = Answer {
+            new: vec![
+                decision(2, "Ip", "198.18.0.3", "1h"),
+                decision(2, "Ip", "198.18.0.4", "1h"),
+            ],
+            deleted: vec![],
+        };
+        let changes = take_answer(&config, &mut state, &twice, false, now);
+        assert_eq!(changes.listed.len(), 1);
+        assert!(changes.unlisted.is_empty(), "{:?}", changes.unlisted);
+    }
+
+    #[test]
+    fn a_duration_beyond_gos_limit_is_ignored_not_a_panic() {
+        let config = config();
+        let mut state = CrowdsecState::default();
+        let answer = Answer {
+            new: vec![decision(1, "Ip", "198.18.0.1", "4000000000000000h")],
+            deleted: vec![],
+        };
+        let changes = take_answer(&config, &mut state, &answer, true, SystemTime::now());
+        assert!(changes.listed.is_empty());
+        assert_eq!(changes.ignored.len(), 1, "{:?}", changes.ignored);
     }
 
     #[test]

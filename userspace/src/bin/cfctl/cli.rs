@@ -217,12 +217,7 @@ fn setting<T: Setting + Clone + Send + Sync + 'static>() -> impl TypedValueParse
 
 /// Parses a `--timeout`: a humantime duration of at least a second.
 fn timeout(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text.trim())
-        .map_err(|error| format!("'{text}' is not a duration like 90s, 1h30m or 7d: {error}"))?;
-    if duration < Duration::from_secs(1) {
-        return Err(format!("'{text}' is shorter than a second"));
-    }
-    Ok(duration)
+    userspace::text::parse_duration(text, Duration::from_secs(1))
 }
 
 /// Parses how the program runs on an interface: `native` or `skb`.
