@@ -249,6 +249,7 @@ pub fn receive_until_marker(socket: &UdpSocket) -> (u64, u64) {
                 b"listed" => listed += 1,
                 b"unlisted" => unlisted += 1,
                 b"marker" => return (listed, unlisted),
+                b"probe" => {}
                 other => panic!("unexpected datagram {other:?}"),
             },
             Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
@@ -258,6 +259,25 @@ pub fn receive_until_marker(socket: &UdpSocket) -> (u64, u64) {
         }
     }
     panic!("more datagrams than were sent")
+}
+
+/// Sends probe datagrams from `source` to `receiver`, one at a time,
+/// until one arrives (at most 100): attaching or detaching an XDP program
+/// in native mode restarts the veth's queues, and what is sent meanwhile
+/// is lost, which would look like a wrong verdict.
+fn wait_until_the_path_carries(network: &TestNetwork, receiver: &UdpSocket, source: IpAddr) {
+    let destination = receiver.local_addr().expect("the receiver's address");
+    receiver
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("setting a timeout");
+    let mut buffer = [0u8; 64];
+    for _ in 0..100 {
+        network.send_udp(source, destination, b"probe", 1);
+        if receiver.recv(&mut buffer).is_ok() {
+            return;
+        }
+    }
+    panic!("no probe from {source} reached {destination} in 100 tries");
 }
 
 /// Sends UDP and pings from the listed (.3 / ::3) and unlisted (.2 / ::2)
@@ -270,6 +290,7 @@ pub fn check_traffic(network: &TestNetwork, listed_blocked: bool) {
     ] {
         let receiver = UdpSocket::bind(SocketAddr::new(host, PORT)).expect("binding the receiver");
         let destination = receiver.local_addr().expect("the receiver's address");
+        wait_until_the_path_carries(network, &receiver, unlisted);
         network.send_udp(listed, destination, b"listed", DATAGRAMS);
         network.send_udp(unlisted, destination, b"unlisted", DATAGRAMS);
         network.send_udp(unlisted, destination, b"marker", 1);
