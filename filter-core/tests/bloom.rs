@@ -70,6 +70,20 @@ fn counting_bloom_insert_and_remove_restore_the_counters() {
 }
 
 #[test]
+fn clear_empties_every_counter_saturated_ones_too() {
+    let mut filter = Counting::new(1);
+    for _ in 0..40 {
+        filter.insert(&7u64);
+    }
+    filter.insert(&8u64);
+    let empty = counters(&Counting::new(1));
+    assert_ne!(counters(&filter), empty);
+    filter.clear();
+    assert_eq!(counters(&filter), empty);
+    assert!(!filter.contains(&7u64) && !filter.contains(&8u64));
+}
+
+#[test]
 fn removing_an_absent_item_fails_and_changes_nothing() {
     let mut filter = Counting::new(1);
     filter.insert(&1u64);

@@ -28,7 +28,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use super::config::{ClientCertFiles, CrowdsecConfig};
-use crate::store::{CrowdsecDecision, CrowdsecState, NewEntry};
+use crate::store::{unix_seconds, CrowdsecDecision, CrowdsecState, NewEntry};
 use crate::text::excerpt;
 
 /// The source the LAPI's decisions belong to.
@@ -321,11 +321,6 @@ fn network(decision: &Decision) -> Result<IpNet, String> {
 fn unix_millis(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
-}
-
-fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
 }
 
 /// What one answer changes in the source [`SOURCE`].

@@ -36,10 +36,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::control::{Change, Control, ControlError, NoProgress, StoreUse};
-use crate::store::{AgentState, FeedState, ListKind, NewEntry, StoreError, StoreTransaction};
+use crate::store::{
+    unix_seconds, AgentState, FeedState, ListKind, NewEntry, StoreError, StoreTransaction,
+};
 use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
 use metrics::Metrics;
@@ -95,11 +97,6 @@ impl From<crate::store::StoreError> for AgentError {
     fn from(error: crate::store::StoreError) -> Self {
         ControlError::from(error).into()
     }
-}
-
-fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
 }
 
 /// The flags the signal handlers set.

@@ -10,12 +10,12 @@ use ipnet::IpNet;
 
 use super::error::{ControlError, Result};
 use super::report::{
-    unix_seconds, AgentStatus, CheckResult, CounterRecord, CrowdsecStatus, EntryRecord, FeedStatus,
-    SourceCount, Status, VerifyReport,
+    AgentStatus, CheckResult, CounterRecord, CrowdsecStatus, EntryRecord, FeedStatus, SourceCount,
+    Status, VerifyReport,
 };
 use super::Control;
 use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
-use crate::store::{Entry, ListKind};
+use crate::store::{unix_seconds, Entry, ListKind};
 use crate::xdp::PinDir;
 use crate::{Family, Outcome, Setting};
 

@@ -4,13 +4,12 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use serde::Serialize;
 
 pub use crate::filter::TableSummary;
-use crate::store::{AgentState, Entry, FeedState};
+use crate::store::{unix_seconds, AgentState, Entry, FeedState};
 pub use crate::xdp::pins::Attachment;
 use crate::{Family, MatchAddress, Mode, Outcome, Policy};
 
@@ -113,12 +112,6 @@ pub struct EntryRecord {
     pub net: IpNet,
     /// Every source listing it.
     pub sources: Vec<MembershipRecord>,
-}
-
-/// `time` in whole seconds since the Unix epoch.
-pub(super) fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
 }
 
 impl From<Entry> for EntryRecord {

@@ -94,7 +94,7 @@ use schema::{
     NetBytes, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META,
     SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
 };
-pub use schema::{ListKind, SCHEMA_VERSION};
+pub use schema::{unix_seconds, ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
 pub use transaction::{StoreTransaction, ROWS_PER_LOOKUP};
 

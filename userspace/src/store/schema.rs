@@ -128,7 +128,8 @@ impl ListKind {
     }
 }
 
-pub(super) fn unix_seconds(time: SystemTime) -> u64 {
+/// `time` in whole seconds since the Unix epoch (0 before it).
+pub fn unix_seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
 }
