@@ -9,33 +9,32 @@
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use libfuzzer_sys::fuzz_target;
-use userspace::agent::config::CrowdsecConfig;
+use userspace::agent::config::{Config, CrowdsecConfig};
 use userspace::agent::crowdsec::{take_answer, Answer};
 use userspace::store::CrowdsecState;
 
 /// At most this many answers per input, so that one input stays quick.
 const MAX_ANSWERS: usize = 8;
 
-fn config() -> CrowdsecConfig {
-    CrowdsecConfig {
-        url: "http://127.0.0.1:8080".into(),
-        api_key: None,
-        client_cert: None,
-        pull: Duration::from_secs(10),
-        scopes: vec!["Ip".into(), "Range".into()],
-        types: vec!["ban".into()],
-        origins: vec![],
-        exclude_origins: vec!["CAPI".into()],
-        scenarios: vec![],
-        exclude_scenarios: vec!["crowdsecurity/ssh-slow-bf".into()],
-        ca_file: None,
-        timeout: Duration::from_secs(1),
-        max_bytes: 1 << 20,
-    }
+/// The agent's defaults (scopes Ip and Range, type ban), with the
+/// exclusions an operator typically sets, read once as the agent reads them.
+fn config() -> &'static CrowdsecConfig {
+    static CONFIG: OnceLock<CrowdsecConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let text = "[crowdsec]\nurl = \"https://127.0.0.1:8080\"\n\
+        cert_file = \"bouncer.pem\"\nkey_file = \"bouncer-key.pem\"\n\
+        exclude_origins = [\"CAPI\"]\nexclude_scenarios = [\"crowdsecurity/ssh-slow-bf\"]\n";
+        Config::parse(text, Path::new("agent.toml"))
+            .expect("the configuration parses")
+            .crowdsec
+            .expect("a [crowdsec] section")
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -59,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let startup = index == 0 || control & (1 << (index % 4)) != 0;
-        let changes = take_answer(&config, &mut state, &answer, startup, now);
+        let changes = take_answer(config, &mut state, &answer, startup, now);
         received += answer.new.len() as u64;
         reasons += changes.ignored.len() as u64;
 
