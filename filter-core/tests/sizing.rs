@@ -6,22 +6,101 @@
     clippy::indexing_slicing
 )]
 
-use filter_core::math::{exp, ln};
+use filter_core::math::{bloom_fpr, ceil_to_u64, cuckoo_fpr, exp, exp_m1, ln, powi};
 use filter_core::sizing::{cuckoo_min_fingerprint_bits, cuckoo_params, CuckooParams};
 use filter_core::StaticCuckooFilter;
 
+/// `n` points spread evenly on a log scale from `low` to `high` (> 0).
+fn log_grid(low: f64, high: f64, n: usize) -> impl Iterator<Item = f64> {
+    (0..=n).map(move |i| low * (high / low).powf(i as f64 / n as f64))
+}
+
+fn assert_close(got: f64, want: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= 1e-13 * want.abs().max(f64::MIN_POSITIVE),
+        "{what}: {got} against std's {want}"
+    );
+}
+
 #[test]
-fn ln_and_exp_match_std() {
-    for x in [
-        1e-12, 1e-6, 0.01, 0.5, 0.999_999, 1.0, 1.000_2, 2.0, 10.0, 12345.678,
-    ] {
+fn the_numerics_match_std_on_a_dense_grid_and_at_each_branch() {
+    // ln: every binade, both sides of the series' switch at 0.999..1.001
+    // and of the mantissa's halving at sqrt(2).
+    let around_one = [
+        0.998_999,
+        0.999,
+        0.999_000_1,
+        0.9995,
+        1.0005,
+        1.000_999_9,
+        1.001,
+        1.001_01,
+    ];
+    let sqrt2 = std::f64::consts::SQRT_2;
+    for x in log_grid(1e-300, 1e300, 6000).chain(around_one).chain([
+        sqrt2 * (1.0 - 1e-15),
+        sqrt2,
+        sqrt2 * (1.0 + 1e-15),
+        2.0 * sqrt2,
+    ]) {
+        let want = x.ln();
         assert!(
-            (ln(x) - x.ln()).abs() <= 1e-13 * x.ln().abs().max(1.0),
-            "ln({x})"
+            (ln(x) - want).abs() <= 1e-13 * want.abs().max(1e-3),
+            "ln({x}): {} against std's {want}",
+            ln(x)
         );
     }
-    for x in [-700.0, -20.0, -1.0, -1e-9, 0.0, 0.3, 1.0, 5.5, 100.0] {
-        assert!((exp(x) - x.exp()).abs() <= 1e-13 * x.exp(), "exp({x})");
+    assert_eq!(ln(0.0), f64::NEG_INFINITY);
+    assert_eq!(ln(-1.0), f64::NEG_INFINITY);
+    // exp over its whole finite range, and the ends.
+    for i in 0..=14_160 {
+        let x = -708.0 + i as f64 * 0.1;
+        assert_close(exp(x), x.exp(), &format!("exp({x})"));
+    }
+    assert_eq!(exp(-708.5), 0.0);
+    assert_eq!(exp(709.5), f64::INFINITY);
+    // exp_m1: the series below 0.01 and exp beyond, on both sides.
+    for x in log_grid(1e-12, 50.0, 3000)
+        .flat_map(|x| [x, -x])
+        .chain([0.0099, 0.01, -0.01])
+    {
+        assert_close(exp_m1(x), x.exp_m1(), &format!("exp_m1({x})"));
+    }
+    for (base, exponent) in [(2.0, 0), (2.0, 16), (0.5, 7), (-3.0, 3), (1.000_1, 32)] {
+        assert_close(
+            powi(base, exponent),
+            f64::powi(base, exponent as i32),
+            "powi",
+        );
+    }
+    // The formulas, against the same formulas in std's functions.
+    for (bits, slots, load) in [
+        (8, 4, 0.95),
+        (16, 4, 0.5),
+        (16, 2, 0.84),
+        (32, 8, 1.0),
+        (12, 1, 0.3),
+    ] {
+        let values = 2f64.powi(bits as i32) - 1.0;
+        let want = -(2.0 * slots as f64 * load * (1.0 - 1.0 / values).ln()).exp_m1();
+        assert_close(cuckoo_fpr(bits, slots, load), want, "cuckoo_fpr");
+    }
+    for (bits, hashes, items) in [(958_528, 7, 100_000), (64, 1, 1), (1 << 20, 3, 1 << 18)] {
+        let fill = -(-(hashes as f64) * items as f64 / bits as f64).exp_m1();
+        assert_close(
+            bloom_fpr(bits, hashes, items),
+            fill.powi(hashes as i32),
+            "bloom_fpr",
+        );
+    }
+    for (x, want) in [
+        (0.0, 0),
+        (1.0, 1),
+        (1.000_000_1, 2),
+        (41.5, 42),
+        (1e18, 1_000_000_000_000_000_000),
+    ] {
+        assert_eq!(ceil_to_u64(x), want, "ceil_to_u64({x})");
     }
 }
 
