@@ -7,7 +7,9 @@
 )]
 
 use filter_core::math::{bloom_fpr, ceil_to_u64, cuckoo_fpr, exp, exp_m1, ln, powi};
-use filter_core::sizing::{cuckoo_min_fingerprint_bits, cuckoo_params, CuckooParams};
+use filter_core::sizing::{
+    achievable_load, cuckoo_buckets, cuckoo_min_fingerprint_bits, cuckoo_params, CuckooParams,
+};
 use filter_core::StaticCuckooFilter;
 
 /// `n` points spread evenly on a log scale from `low` to `high` (> 0).
@@ -120,6 +122,40 @@ fn cuckoo_sizing_picks_the_fingerprint_and_bucket_count() {
     assert_eq!(cuckoo_params(1000, 1e-7, 4).unwrap().fingerprint_bits, 32);
     assert_eq!(cuckoo_params(1000, 1e-12, 4), None);
     assert_eq!(cuckoo_params(1000, 0.01, 3), None);
+}
+
+#[test]
+fn every_slot_count_has_its_load_and_others_none() {
+    for (slots, load, buckets_for_1000) in [
+        (1, 0.50, 2048),
+        (2, 0.84, 1024),
+        (4, 0.95, 512),
+        (8, 0.98, 128),
+    ] {
+        assert_eq!(achievable_load(slots), load, "{slots} slots");
+        assert_eq!(
+            cuckoo_buckets(1000, slots),
+            Some(buckets_for_1000),
+            "{slots} slots"
+        );
+    }
+    for slots in [0, 3, 16] {
+        assert_eq!(achievable_load(slots), 0.0, "{slots} slots");
+        assert_eq!(cuckoo_buckets(1000, slots), None, "{slots} slots");
+    }
+    assert_eq!(cuckoo_buckets(0, 4), Some(1));
+}
+
+#[test]
+fn a_rate_outside_zero_to_one_needs_no_fingerprint() {
+    for fpr in [0.0, 1.0, 2.0, -0.5, f64::NAN, f64::INFINITY] {
+        assert_eq!(cuckoo_min_fingerprint_bits(4, fpr), None, "fpr {fpr}");
+    }
+    // Just inside: 2b / 2^f <= fpr.
+    assert_eq!(cuckoo_min_fingerprint_bits(4, 0.999), Some(4));
+    assert_eq!(cuckoo_min_fingerprint_bits(1, 0.5), Some(2));
+    assert_eq!(cuckoo_min_fingerprint_bits(4, 2f64.powi(-29)), Some(32));
+    assert_eq!(cuckoo_min_fingerprint_bits(4, 2f64.powi(-30)), None);
 }
 
 #[test]
