@@ -118,7 +118,9 @@ fn cuckoo_sizing_picks_the_fingerprint_and_bucket_count() {
             fingerprint_bits: 16
         })
     );
+    assert_eq!(cuckoo_params(1_000_000, 0.001, 4).unwrap().bytes(), 4 << 20);
     assert_eq!(cuckoo_params(1000, 0.04, 4).unwrap().fingerprint_bits, 8);
+    assert_eq!(cuckoo_params(1000, 0.04, 4).unwrap().bytes(), 512 * 4);
     assert_eq!(cuckoo_params(1000, 1e-7, 4).unwrap().fingerprint_bits, 32);
     assert_eq!(cuckoo_params(1000, 1e-12, 4), None);
     assert_eq!(cuckoo_params(1000, 0.01, 3), None);
