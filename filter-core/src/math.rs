@@ -10,12 +10,11 @@ pub const fn ln(x: f64) -> f64 {
     if x <= 0.0 {
         return f64::NEG_INFINITY;
     }
-    if x > 0.999 && x < 1.001 {
-        return ln_1p(x - 1.0);
-    }
     let bits = x.to_bits();
     let mut exponent = ((bits >> 52) & 0x7ff) as i64 - 1023;
-    let mut mantissa = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    // The fraction bits under a biased exponent of 0 (disjoint fields, so
+    // their sum is their union): the mantissa in [1, 2).
+    let mut mantissa = f64::from_bits((bits & ((1 << 52) - 1)) + (1023 << 52));
     if mantissa > core::f64::consts::SQRT_2 {
         mantissa /= 2.0;
         exponent += 1;
@@ -32,19 +31,6 @@ pub const fn ln(x: f64) -> f64 {
         k += 2;
     }
     exponent as f64 * LN_2 + 2.0 * sum
-}
-
-/// `ln(1 + x)` for `|x| < 0.001`, without the cancellation of `ln(1.0 + x)`.
-const fn ln_1p(x: f64) -> f64 {
-    let mut term = x;
-    let mut sum = 0.0;
-    let mut k = 1;
-    while k < 12 {
-        sum += term / k as f64;
-        term *= -x;
-        k += 1;
-    }
-    sum
 }
 
 /// `e^x - 1`, precise for small `|x|` too.
