@@ -184,8 +184,10 @@ impl<W: AsRef<[u64]> + AsMut<[u64]>, const HASHES: u32, const COUNTER_BITS: u32>
     fn set_counter(&mut self, index: usize, value: u8) {
         if let Some(word) = self.words.as_mut().get_mut(index / Self::CELLS_PER_WORD) {
             let shift = COUNTER_BITS as usize * (index % Self::CELLS_PER_WORD);
+            // The cleared word and the new counter are disjoint fields, so
+            // their sum is their union.
             *word = (*word & !(Self::CELL_MASK << shift))
-                | ((u64::from(value) & Self::CELL_MASK) << shift);
+                + ((u64::from(value) & Self::CELL_MASK) << shift);
         }
     }
 
