@@ -150,6 +150,69 @@ fn bytes_hash_the_same_however_the_writes_split_them() {
 }
 
 #[test]
+fn every_integer_write_hashes_as_its_little_endian_bytes() {
+    use core::hash::Hasher;
+    type Write = fn(&mut KeyedHasher);
+    let writes: [(Write, Vec<u8>); 6] = [
+        (|h| h.write_u8(0xa5), vec![0xa5]),
+        (|h| h.write_u16(0xa5b6), 0xa5b6u16.to_le_bytes().to_vec()),
+        (
+            |h| h.write_u32(0xa5b6_c7d8),
+            0xa5b6_c7d8u32.to_le_bytes().to_vec(),
+        ),
+        (
+            |h| h.write_u64(0x0102_0304_0506_0708),
+            0x0102_0304_0506_0708u64.to_le_bytes().to_vec(),
+        ),
+        (
+            |h| h.write_u128(u128::MAX / 3),
+            (u128::MAX / 3).to_le_bytes().to_vec(),
+        ),
+        (
+            |h| h.write_usize(0xdead_beef),
+            0xdead_beefusize.to_le_bytes().to_vec(),
+        ),
+    ];
+    // After nothing (whole words) and after three bytes (a partial word).
+    for prefix in [&[][..], &[1, 2, 3][..]] {
+        for (write, bytes) in &writes {
+            let mut integer = KeyedHasher::new(7);
+            integer.write(prefix);
+            write(&mut integer);
+            let mut raw = KeyedHasher::new(7);
+            raw.write(prefix);
+            raw.write(bytes);
+            assert_eq!(
+                integer.finish(),
+                raw.finish(),
+                "{bytes:02x?} after {prefix:?}"
+            );
+            assert_ne!(
+                integer.finish(),
+                KeyedHasher::new(7).finish(),
+                "{bytes:02x?} hashed as nothing"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_32_bit_hash_folds_the_64_bit_one() {
+    use core::hash::Hasher;
+    use hash32::Hasher as _;
+    for key in [0u64, 1, 0xdead_beef, u64::MAX] {
+        let mut hasher = KeyedHasher::new(7);
+        hasher.write_u64(key);
+        let hash = hasher.finish();
+        assert_eq!(
+            hasher.finish32(),
+            (hash as u32) ^ ((hash >> 32) as u32),
+            "key {key}"
+        );
+    }
+}
+
+#[test]
 fn fmix32_is_murmurhash3s_finalizer() {
     use filter_core::hash::fmix32;
     assert_eq!(fmix32(0), 0);
