@@ -233,6 +233,42 @@ fn expiry_ends_listings_in_one_batch_and_never_the_others() {
 }
 
 #[test]
+fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
+    use userspace::xdp::test_run::XdpAction;
+    let (network, cfctl) = attached(147, "agent-idle", "1000", "skb");
+    let _agent = Agent::start(&cfctl, "[metrics]\nlisten = \"\"\n");
+    wait_for("the agent to run", || {
+        cfctl.json(&["status"])["agent"]["running"] == true
+    });
+    // Opening the store for writing writes it (redb marks the file in use,
+    // then clean): an agent that looked at the store on a timer (it did,
+    // twice a second) would never leave it unchanged for two seconds.
+    let store = cfctl.state_dir().join("cfctl.redb");
+    let stamp = || {
+        let metadata = std::fs::metadata(&store).expect("the store file");
+        (
+            metadata.modified().expect("a modification time"),
+            metadata.len(),
+        )
+    };
+    wait_for("the idle agent to leave the store alone for 2 s", || {
+        let before = stamp();
+        std::thread::sleep(Duration::from_secs(2));
+        stamp() == before
+    });
+    // The agent learns of the command's listing because the command opened
+    // the store. The probes run the pinned program on frames and leave the
+    // store alone, so only the agent can end the listing.
+    let address = network.v4(7);
+    cfctl.ok(&["add", &address.to_string(), "--timeout", "2s"]);
+    let action = cfctl.pinned_verdict();
+    assert_eq!(action(address), XdpAction::Drop, "the new listing");
+    wait_for("the agent to end the 2 s listing", || {
+        action(address) == XdpAction::Pass
+    });
+}
+
+#[test]
 fn metrics_are_served_and_parse() {
     let (network, cfctl) = attached(143, "agent-metrics", "1000", "skb");
     let server = FeedServer::start(Answer::List(format!(

@@ -11,8 +11,9 @@
 //!   configuration no longer names (for that list) lists nothing, and its
 //!   recorded state is gone;
 //! * **expiry**: listings whose time has come end in one batched change
-//!   per list; the agent sleeps until the next expiry, and at most
-//!   [`MAX_IDLE`] at a time, so one a command adds is seen in time;
+//!   per list; the agent sleeps until the next expiry, or until another
+//!   process has opened the store ([`watch`]: a command may have added a
+//!   listing that expires sooner);
 //! * **a CrowdSec Local API** ([`crowdsec`]), pulled when due (network
 //!   I/O outside any lock): its decisions become entries of source
 //!   `crowdsec` through [`Change::Add`], [`Change::Delete`] and, for a
@@ -23,7 +24,9 @@
 //!
 //! Between changes the agent holds no lock: each pass opens the store,
 //! applies what is due and closes it, so `cfctl` commands run beside it and
-//! wait at most for one update. SIGHUP reloads the configuration (a bad
+//! wait at most for one update. An idle agent leaves the store alone (no
+//! pass, so no device flush) until something is due or another process
+//! has opened the store. SIGHUP reloads the configuration (a bad
 //! one is logged and the old one kept); SIGTERM and SIGINT end the agent
 //! after the pass in progress, leaving the XDP attachment in place.
 
@@ -31,6 +34,7 @@ pub mod config;
 pub mod crowdsec;
 pub mod feed;
 pub mod metrics;
+pub mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -45,10 +49,17 @@ use crate::store::{
 use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
 use metrics::Metrics;
+use watch::StoreWatch;
 
-/// The longest the agent sleeps between passes: a listing that a command
-/// adds while it sleeps expires at most this late.
+/// The longest the agent sleeps between passes when it cannot watch the
+/// store (no inotify), and the longest it waits after another process
+/// first opens the store: a listing that a command adds while the agent
+/// sleeps expires at most this late.
 pub const MAX_IDLE: Duration = Duration::from_millis(500);
+/// After another process opens the store, the agent waits until the store
+/// has been left alone this long (and at most [`MAX_IDLE`]) before its
+/// pass, so that a run of commands does not wait for the agent's turns.
+const SETTLE: Duration = Duration::from_millis(100);
 /// The longest wait between pulls of an unreachable CrowdSec LAPI.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -122,16 +133,26 @@ impl Signals {
         Ok(signals)
     }
 
-    /// Sleeps until `next` or a signal.
-    fn sleep_until(&self, next: Instant) {
+    /// Sleeps until `next` (if any), a signal, or the store has settled
+    /// after `store_touched` said another process opened it.
+    fn sleep_until(&self, next: Option<Instant>, mut store_touched: impl FnMut() -> bool) {
         const STEP: Duration = Duration::from_millis(20);
+        let mut touches: Option<(Instant, Instant)> = None;
         loop {
             let now = Instant::now();
-            if now >= next || self.stop.load(Ordering::SeqCst) || self.reload.load(Ordering::SeqCst)
+            if store_touched() {
+                touches = Some((touches.map_or(now, |(first, _)| first), now));
+            }
+            let settled = touches
+                .is_some_and(|(first, last)| now - last >= SETTLE || now - first >= MAX_IDLE);
+            if settled
+                || next.is_some_and(|next| now >= next)
+                || self.stop.load(Ordering::SeqCst)
+                || self.reload.load(Ordering::SeqCst)
             {
                 return;
             }
-            std::thread::sleep(STEP.min(next - now));
+            std::thread::sleep(next.map_or(STEP, |next| STEP.min(next - now)));
         }
     }
 }
@@ -154,8 +175,16 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         due: HashMap::new(),
         lapi: Lapi::default(),
         retire_pending: true,
+        watch: None,
     };
     agent.record_state(&config)?;
+    if !options.once {
+        agent.watch = StoreWatch::new(&options.state_dir)
+            .inspect_err(|error| {
+                tracing::warn!(%error, "cannot watch the store; looking at it every {MAX_IDLE:?}");
+            })
+            .ok();
+    }
     tracing::info!(feeds = config.feeds.len(), metrics = ?config.metrics, "agent started");
     loop {
         if signals.reload.swap(false, Ordering::SeqCst) {
@@ -165,7 +194,9 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         if options.once || signals.stop.load(Ordering::SeqCst) {
             break;
         }
-        signals.sleep_until(next);
+        signals.sleep_until(next, || {
+            agent.watch.as_mut().is_some_and(StoreWatch::store_touched)
+        });
         if signals.stop.load(Ordering::SeqCst) {
             break;
         }
@@ -191,6 +222,9 @@ struct Agent {
     /// Whether feeds the configuration no longer names may still list
     /// entries (after a start or a reload).
     retire_pending: bool,
+    /// Opens of the store by other processes (none: it cannot be watched,
+    /// or the agent runs once).
+    watch: Option<StoreWatch>,
 }
 
 /// What the agent keeps in memory about the CrowdSec LAPI it follows.
@@ -254,8 +288,9 @@ impl Agent {
 
     /// One pass: fetch the feeds that are due, then, in one visit to the
     /// store, end the expired listings and apply the fetched lists. Returns
-    /// when the next pass is due.
-    fn pass(&mut self, config: &Config) -> Result<Instant, AgentError> {
+    /// when the next pass is due, if anything is (another process opening
+    /// the store also calls for one).
+    fn pass(&mut self, config: &Config) -> Result<Option<Instant>, AgentError> {
         let now = Instant::now();
         let due: Vec<&FeedConfig> = config
             .feeds
@@ -296,16 +331,22 @@ impl Agent {
             }
         }
         let control = self.open()?;
+        // Under the store's lock: what others did before now is read below.
+        if let Some(watch) = &mut self.watch {
+            watch.store_touched();
+        }
         self.metrics.observe_store(control.store())?;
         let next_expiry = control.store().next_expiry()?;
         drop(control);
-        let mut next = Instant::now() + MAX_IDLE;
-        if let Some(at) = next_expiry {
-            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
-            next = next.min(Instant::now() + wait);
-        }
-        let next = self.lapi.due.map_or(next, |at| next.min(at));
-        Ok(self.due.values().fold(next, |next, &at| next.min(at)))
+        let now = Instant::now();
+        let unwatched = self.watch.is_none().then_some(now + MAX_IDLE);
+        let expiry =
+            next_expiry.map(|at| now + at.duration_since(SystemTime::now()).unwrap_or_default());
+        Ok([unwatched, expiry, self.lapi.due]
+            .into_iter()
+            .flatten()
+            .chain(self.due.values().copied())
+            .min())
     }
 
     /// Pulls the CrowdSec LAPI once and applies its answer: the whole list
