@@ -340,15 +340,15 @@ fn check_feed(
         }
         (None, None) => return Err(at(span, within("needs a url or a path"))),
     };
-    let duration = |value: &Spanned<String>, key: &str, min: Duration| {
-        parse_duration(value.get_ref(), min)
-            .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
-    };
-    let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
-    let timeout = match &feed.timeout {
-        Some(timeout) => duration(timeout, "timeout", Duration::from_secs(1))?,
-        None => Duration::from_secs(60),
-    };
+    let duration =
+        |value, key, min, default| duration_setting(value, key, min, default, at, &within);
+    let refresh = duration(Some(&feed.refresh), "refresh", MIN_REFRESH, Duration::ZERO)?;
+    let timeout = duration(
+        feed.timeout.as_ref(),
+        "timeout",
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    )?;
     let format = match &feed.format {
         None => None,
         Some(format) if format.get_ref() == "auto" => None,
@@ -487,15 +487,15 @@ fn check_crowdsec(
         ));
     }
     let duration =
-        |value: &Option<Spanned<String>>, key: &str, min: Duration, default: Duration| {
-            value.as_ref().map_or(Ok(default), |value| {
-                parse_duration(value.get_ref(), min)
-                    .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
-            })
-        };
-    let pull = duration(&section.pull, "pull", MIN_PULL, Duration::from_secs(10))?;
+        |value, key, min, default| duration_setting(value, key, min, default, at, &within);
+    let pull = duration(
+        section.pull.as_ref(),
+        "pull",
+        MIN_PULL,
+        Duration::from_secs(10),
+    )?;
     let timeout = duration(
-        &section.timeout,
+        section.timeout.as_ref(),
         "timeout",
         Duration::from_secs(1),
         Duration::from_secs(30),
@@ -548,6 +548,22 @@ fn at_least_one<T: Copy + Default + PartialEq>(
         Some(value) => Ok(*value.get_ref()),
         None => Ok(default),
     }
+}
+
+/// The duration setting `key` given (or `default`) of at least `min`, or
+/// an error at its span, in the words `within` gives.
+fn duration_setting(
+    value: Option<&Spanned<String>>,
+    key: &str,
+    min: Duration,
+    default: Duration,
+    at: &impl Fn(Range<usize>, String) -> ConfigError,
+    within: &impl Fn(&str) -> String,
+) -> Result<Duration, ConfigError> {
+    value.map_or(Ok(default), |value| {
+        parse_duration(value.get_ref(), min)
+            .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
+    })
 }
 
 /// A listen address: `HOST:PORT` with a literal IP.
