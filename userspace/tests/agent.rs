@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
 use common::cfctl::{attached, Cfctl};
 use common::feed_server::{Answer, FeedServer};
-use common::netns::check_traffic;
+use common::netns::{check_traffic, TestNetwork};
 
 /// A feed's state in `cfctl status --json`.
 fn feed_state(cfctl: &Cfctl, name: &str) -> serde_json::Value {
@@ -234,7 +234,6 @@ fn expiry_ends_listings_in_one_batch_and_never_the_others() {
 
 #[test]
 fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
-    use userspace::xdp::test_run::XdpAction;
     let (network, cfctl) = attached(147, "agent-idle", "1000", "skb");
     let _agent = Agent::start(&cfctl, "[metrics]\nlisten = \"\"\n");
     wait_for("the agent to run", || {
@@ -257,8 +256,34 @@ fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
         stamp() == before
     });
     // The agent learns of the command's listing because the command opened
-    // the store. The probes run the pinned program on frames and leave the
-    // store alone, so only the agent can end the listing.
+    // the store.
+    the_agent_ends_a_commands_short_listing(&network, &cfctl);
+}
+
+#[test]
+fn the_agent_outwaits_a_command_that_holds_the_store_long() {
+    let (network, cfctl) = attached(148, "agent-busy", "1000", "skb");
+    let mut agent = Agent::start(&cfctl, "[metrics]\nlisten = \"\"\n");
+    wait_for("the agent to run", || {
+        cfctl.json(&["status"])["agent"]["running"] == true
+    });
+    // The test holds the store as a long import would, for longer than one
+    // wait for it (30 s). Opening it wakes the agent, which then waits.
+    let store = userspace::store::Store::open(cfctl.state_dir()).expect("opening the store");
+    wait_for("the agent to find the store busy", || {
+        let status = agent.child.try_wait().expect("the agent's status");
+        assert!(status.is_none(), "the agent ended: {}", agent.log());
+        agent.log().contains("the store is still busy")
+    });
+    drop(store);
+    the_agent_ends_a_commands_short_listing(&network, &cfctl);
+}
+
+/// Adds a listing of 2 s with cfctl and waits for the agent to end it. The
+/// probes run the pinned program on frames and leave the store alone, so
+/// only the agent can end the listing.
+fn the_agent_ends_a_commands_short_listing(network: &TestNetwork, cfctl: &Cfctl) {
+    use userspace::xdp::test_run::XdpAction;
     let address = network.v4(7);
     cfctl.ok(&["add", &address.to_string(), "--timeout", "2s"]);
     let action = cfctl.pinned_verdict();

@@ -190,7 +190,18 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         if signals.reload.swap(false, Ordering::SeqCst) {
             config = agent.reload(config);
         }
-        let next = agent.pass(&config)?;
+        let next = match agent.pass(&config) {
+            Ok(next) => next,
+            // A long command (an import of millions of entries) may hold
+            // the store longer than one wait for it: the agent waits again.
+            Err(AgentError::Control(error))
+                if !options.once && matches!(*error, ControlError::StoreBusy { .. }) =>
+            {
+                tracing::warn!(%error, "the store is still busy; waiting again");
+                Some(Instant::now())
+            }
+            Err(error) => return Err(error),
+        };
         if options.once || signals.stop.load(Ordering::SeqCst) {
             break;
         }
