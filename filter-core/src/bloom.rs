@@ -100,6 +100,23 @@ impl core::error::Error for RemoveError {}
 /// # use filter_core::bloom::StaticBloomFilter;
 /// let _ = StaticBloomFilter::<0, 3>::new(7); // no word
 /// ```
+///
+/// The largest tables hold 2^32 cells; one word more does not build (the
+/// constructors are compiled here, the tables not made):
+/// ```
+/// # use filter_core::bloom::{StaticBloomFilter, StaticCountingBloomFilter};
+/// let bloom: fn(u64) -> _ = StaticBloomFilter::<{ 1 << 26 }, 3>::new; // 2^32 bits
+/// let counting: fn(u64) -> _ = StaticCountingBloomFilter::<{ 1 << 28 }, 3>::new; // 2^32 counters
+/// std::hint::black_box((bloom, counting));
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::StaticBloomFilter;
+/// let _ = StaticBloomFilter::<{ (1 << 26) + 1 }, 3>::new(7);
+/// ```
+/// ```compile_fail
+/// # use filter_core::bloom::StaticCountingBloomFilter;
+/// let _ = StaticCountingBloomFilter::<{ (1 << 28) + 1 }, 3>::new(7);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedBloom<W, const HASHES: u32, const COUNTER_BITS: u32> {
     words: W,

@@ -278,6 +278,106 @@ fn locate_rejects_impossible_shapes() {
     assert_eq!(located, Ok(KeyedHasher::hash_item(0, &1u64).0));
 }
 
+/// `Locate` names the buckets where a filter of that shape keeps the item:
+/// its fingerprint is in one of the two after the insert.
+fn locate_finds_what_the_filter_inserted<F: crate::Fingerprint>(fingerprint_bits: u8) {
+    const BUCKETS: u32 = 1024;
+    for seed in [0u64, 7, 0x9e37_79b9_7f4a_7c15] {
+        let storage = std::vec![[F::EMPTY; 4]; BUCKETS as usize];
+        let Ok(mut filter) =
+            crate::CuckooFilter::<F, 4, StdVec<[F; 4]>>::with_storage(storage, seed)
+        else {
+            panic!("a power-of-two table")
+        };
+        for key in 0..200u64 {
+            let item = Item::U64(key);
+            let located = locate_item(&item, seed, BUCKETS, fingerprint_bits);
+            let Ok(located) = located else {
+                panic!("{fingerprint_bits}-bit fingerprints: {located:?}")
+            };
+            assert_eq!(located.hash, KeyedHasher::hash_item(seed, &key).0);
+            assert!(filter.insert_hash(crate::KeyHash(located.hash)).is_ok());
+            let holds = |bucket: u32| {
+                filter.storage().get(bucket as usize).is_some_and(|slots| {
+                    slots
+                        .iter()
+                        .any(|&slot| slot != F::EMPTY && slot.to_u32() == located.fingerprint)
+                })
+            };
+            assert!(
+                holds(located.primary) || holds(located.alternate),
+                "{fingerprint_bits}-bit fingerprints, seed {seed}, key {key}: {located:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn locate_finds_the_item_where_the_filter_put_it_for_every_width() {
+    locate_finds_what_the_filter_inserted::<u8>(8);
+    locate_finds_what_the_filter_inserted::<u16>(16);
+    locate_finds_what_the_filter_inserted::<u32>(32);
+}
+
+#[test]
+fn request_errors_say_what_is_wrong() {
+    use std::string::ToString;
+    let cases = [
+        (
+            Error::VersionMismatch { device: 1 }.to_string(),
+            std::format!("device speaks protocol version 1, this host {PROTOCOL_VERSION}"),
+        ),
+        (
+            Error::InvalidPrefixLen { len: 40 }.to_string(),
+            "prefix length 40 is too long for its address family".into(),
+        ),
+        (
+            Error::InvalidParameter {
+                parameter: Parameter::BucketCount,
+            }
+            .to_string(),
+            "invalid bucket count".into(),
+        ),
+        (
+            Error::Full { added: 3 }.to_string(),
+            "filter is full (3 items of the request were added)".into(),
+        ),
+        (
+            Error::NoSnapshotUpload.to_string(),
+            "no snapshot upload in progress".into(),
+        ),
+        (
+            Error::SnapshotLength { expected: 4096 }.to_string(),
+            "this device takes snapshots of exactly 4096 bytes".into(),
+        ),
+        (
+            Error::SnapshotChunk {
+                expected_offset: 64,
+            }
+            .to_string(),
+            std::format!(
+                "snapshot chunk out of order or misaligned: expected offset 64, length a \
+                 multiple of {CHUNK_ALIGN}"
+            ),
+        ),
+        (
+            Error::Snapshot(SnapshotError::BadMagic).to_string(),
+            "snapshot rejected: not a filter snapshot (bad magic)".into(),
+        ),
+        (
+            Error::Storage.to_string(),
+            "persistent storage failed".into(),
+        ),
+        (
+            Error::Frame(FrameError::Truncated).to_string(),
+            "rejected frame: frame too short to hold a CRC".into(),
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(text, expected);
+    }
+}
+
 #[test]
 fn a_check_probes_shorter_active_prefixes() {
     let mut filter = crate::StaticCuckooFilter::<u16, 4, 64>::new(9);
