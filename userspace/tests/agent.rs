@@ -242,7 +242,7 @@ fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
     // Opening the store for writing writes it (redb marks the file in use,
     // then clean): an agent that looked at the store on a timer (it did,
     // twice a second) would never leave it unchanged for two seconds.
-    let store = cfctl.state_dir().join("cfctl.redb");
+    let store = cfctl.state_dir().join(userspace::store::Store::FILE_NAME);
     let stamp = || {
         let metadata = std::fs::metadata(&store).expect("the store file");
         (

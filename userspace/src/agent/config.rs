@@ -340,15 +340,14 @@ fn check_feed(
         }
         (None, None) => return Err(at(span, within("needs a url or a path"))),
     };
-    let duration =
-        |value, key, min, default| duration_setting(value, key, min, default, at, &within);
-    let refresh = duration(Some(&feed.refresh), "refresh", MIN_REFRESH, Duration::ZERO)?;
-    let timeout = duration(
-        feed.timeout.as_ref(),
-        "timeout",
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-    )?;
+    let duration = |value, key, min| duration_setting(value, key, min, at, &within);
+    let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
+    let timeout = feed
+        .timeout
+        .as_ref()
+        .map_or(Ok(Duration::from_secs(60)), |timeout| {
+            duration(timeout, "timeout", Duration::from_secs(1))
+        })?;
     let format = match &feed.format {
         None => None,
         Some(format) if format.get_ref() == "auto" => None,
@@ -486,20 +485,19 @@ fn check_crowdsec(
             within("the API key is empty or holds spaces or control characters"),
         ));
     }
-    let duration =
-        |value, key, min, default| duration_setting(value, key, min, default, at, &within);
-    let pull = duration(
-        section.pull.as_ref(),
-        "pull",
-        MIN_PULL,
-        Duration::from_secs(10),
-    )?;
-    let timeout = duration(
-        section.timeout.as_ref(),
-        "timeout",
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    )?;
+    let duration = |value, key, min| duration_setting(value, key, min, at, &within);
+    let pull = section
+        .pull
+        .as_ref()
+        .map_or(Ok(Duration::from_secs(10)), |pull| {
+            duration(pull, "pull", MIN_PULL)
+        })?;
+    let timeout = section
+        .timeout
+        .as_ref()
+        .map_or(Ok(Duration::from_secs(30)), |timeout| {
+            duration(timeout, "timeout", Duration::from_secs(1))
+        })?;
     let scopes = match section.scopes {
         None => CROWDSEC_SCOPES.map(str::to_owned).to_vec(),
         Some(scopes) => {
@@ -550,20 +548,17 @@ fn at_least_one<T: Copy + Default + PartialEq>(
     }
 }
 
-/// The duration setting `key` given (or `default`) of at least `min`, or
-/// an error at its span, in the words `within` gives.
+/// The duration setting `key`, of at least `min`, or an error at its span
+/// in the words `within` gives.
 fn duration_setting(
-    value: Option<&Spanned<String>>,
+    value: &Spanned<String>,
     key: &str,
     min: Duration,
-    default: Duration,
     at: &impl Fn(Range<usize>, String) -> ConfigError,
     within: &impl Fn(&str) -> String,
 ) -> Result<Duration, ConfigError> {
-    value.map_or(Ok(default), |value| {
-        parse_duration(value.get_ref(), min)
-            .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
-    })
+    parse_duration(value.get_ref(), min)
+        .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
 }
 
 /// A listen address: `HOST:PORT` with a literal IP.
