@@ -233,9 +233,9 @@ fn expiry_ends_listings_in_one_batch_and_never_the_others() {
 }
 
 #[test]
-fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
+fn an_idle_agent_sleeps_leaves_the_store_alone_and_still_ends_a_commands_listing() {
     let (network, cfctl) = attached(147, "agent-idle", "1000", "skb");
-    let _agent = Agent::start(&cfctl, "[metrics]\nlisten = \"\"\n");
+    let agent = Agent::start(&cfctl, "[metrics]\nlisten = \"\"\n");
     wait_for("the agent to run", || {
         cfctl.json(&["status"])["agent"]["running"] == true
     });
@@ -250,10 +250,19 @@ fn an_idle_agent_leaves_the_store_alone_and_still_ends_a_commands_listing() {
             metadata.len(),
         )
     };
+    // Nor does it wake to look: it sleeps in poll until something is due
+    // (nothing is), a signal or an opening of the store. An agent that
+    // woke on a 20 ms timer, as it did, would sleep 100 times in 2 s.
     wait_for("the idle agent to leave the store alone for 2 s", || {
-        let before = stamp();
+        let (before, sleeps_before) = (stamp(), sleeps(&agent));
         std::thread::sleep(Duration::from_secs(2));
-        stamp() == before
+        let sleeps = sleeps(&agent) - sleeps_before;
+        let idle = stamp() == before;
+        assert!(
+            !idle || sleeps < 10,
+            "the idle agent went to sleep {sleeps} times in 2 s"
+        );
+        idle
     });
     // The agent learns of the command's listing because the command opened
     // the store.
@@ -277,6 +286,23 @@ fn the_agent_outwaits_a_command_that_holds_the_store_long() {
     });
     drop(store);
     the_agent_ends_a_commands_short_listing(&network, &cfctl);
+}
+
+/// How many times the agent's threads have gone to sleep (voluntary
+/// context switches, from /proc).
+fn sleeps(agent: &Agent) -> u64 {
+    let tasks = format!("/proc/{}/task", agent.child.id());
+    std::fs::read_dir(&tasks)
+        .expect("the agent's threads")
+        .map(|task| {
+            let status = std::fs::read_to_string(task.expect("a thread").path().join("status"))
+                .unwrap_or_default();
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+                .map_or(0, |count| count.trim().parse().expect("a count"))
+        })
+        .sum()
 }
 
 /// Adds a listing of 2 s with cfctl and waits for the agent to end it. The

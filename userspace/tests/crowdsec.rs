@@ -407,6 +407,57 @@ fn stream(new: &[(&str, &str)]) -> String {
     serde_json::json!({"new": decisions, "deleted": null}).to_string()
 }
 
+/// A pull that changes nothing opens the store once: the agent pulls
+/// first and then applies the answer and records the pull in one visit
+/// (it used to open the store four times a pull, flushing the disk at
+/// each opening and closing).
+#[test]
+fn a_pull_that_changes_nothing_opens_the_store_once() {
+    let cfctl = common::cfctl::Cfctl::new("crowdsec-quiet");
+    cfctl.ok(&["add", "198.18.160.1"]);
+    let lapi = FeedServer::start(Answer::List(stream(&[])));
+    let dir = tempfile::tempdir().expect("a directory for the key");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
+    let _agent = Agent::start(
+        &cfctl,
+        &format!(
+            "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
+            lapi.address,
+            key.display()
+        ),
+    );
+    let pulls = || lapi.requests.lock().expect("the requests").len();
+    wait_for("the first pull", || pulls() >= 1);
+    // Closings watched too: inotify merges an event into an unread one
+    // just like it, so only opens and closes in turn count every opening.
+    let mut watch = inotify::Inotify::init().expect("inotify");
+    watch
+        .watches()
+        .add(
+            cfctl.state_dir(),
+            inotify::WatchMask::OPEN | inotify::WatchMask::CLOSE,
+        )
+        .expect("watching the state directory");
+    let first = pulls();
+    wait_for("four more pulls", || pulls() >= first + 4);
+    let mut buffer = [0; 4096];
+    let opens = watch.read_events(&mut buffer).map_or(0, |events| {
+        events
+            .filter(|event| {
+                event.mask.contains(inotify::EventMask::OPEN)
+                    && event.name == Some(std::ffi::OsStr::new(userspace::store::Store::FILE_NAME))
+            })
+            .count()
+    });
+    let pulled = pulls() - first;
+    // One more pass may have begun between the two counts.
+    assert!(
+        opens <= pulled + 1,
+        "{opens} openings of the store for {pulled} pulls"
+    );
+}
+
 #[test]
 fn bad_answers_are_one_log_line_and_change_nothing() {
     let (network, cfctl) = attached(152, "crowdsec-bad", "1000", "skb");

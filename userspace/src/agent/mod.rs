@@ -37,6 +37,8 @@ pub mod metrics;
 pub mod watch;
 
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,6 +51,7 @@ use crate::store::{
 use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
 use metrics::Metrics;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use watch::StoreWatch;
 
 /// The longest the agent sleeps between passes when it cannot watch the
@@ -110,49 +113,91 @@ impl From<crate::store::StoreError> for AgentError {
     }
 }
 
-/// The flags the signal handlers set.
+/// The flags the signal handlers set, and the socket they write a byte to
+/// so that a sleeping agent wakes at once (the self-pipe pattern).
 struct Signals {
     stop: Arc<AtomicBool>,
     reload: Arc<AtomicBool>,
+    wake: UnixStream,
 }
 
 impl Signals {
     fn install() -> Result<Self, AgentError> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let (wake, written) = UnixStream::pair().map_err(AgentError::Signals)?;
+        wake.set_nonblocking(true).map_err(AgentError::Signals)?;
         let signals = Self {
             stop: Arc::new(AtomicBool::new(false)),
             reload: Arc::new(AtomicBool::new(false)),
+            wake,
         };
         for (signal, flag) in [
             (SIGTERM, &signals.stop),
             (SIGINT, &signals.stop),
             (SIGHUP, &signals.reload),
         ] {
+            // The flag first: the byte that wakes the sleeper must find it set.
             signal_hook::flag::register(signal, Arc::clone(flag)).map_err(AgentError::Signals)?;
+            let written = written.try_clone().map_err(AgentError::Signals)?;
+            signal_hook::low_level::pipe::register(signal, written).map_err(AgentError::Signals)?;
         }
         Ok(signals)
     }
 
     /// Sleeps until `next` (if any), a signal, or the store has settled
-    /// after `store_touched` said another process opened it.
-    fn sleep_until(&self, next: Option<Instant>, mut store_touched: impl FnMut() -> bool) {
-        const STEP: Duration = Duration::from_millis(20);
+    /// after `watch` said another process opened it: in `poll` on the
+    /// signals' socket and the watch, so nothing wakes the agent in
+    /// between.
+    fn sleep_until(&self, next: Option<Instant>, watch: &mut Option<StoreWatch>) {
         let mut touches: Option<(Instant, Instant)> = None;
         loop {
+            // The socket emptied before the flags are read, so that a
+            // signal that comes in between wakes the next poll.
+            while (&self.wake).read(&mut [0; 64]).is_ok_and(|read| read > 0) {}
             let now = Instant::now();
-            if store_touched() {
+            if store_touched(watch) {
                 touches = Some((touches.map_or(now, |(first, _)| first), now));
             }
-            let settled = touches
-                .is_some_and(|(first, last)| now - last >= SETTLE || now - first >= MAX_IDLE);
-            if settled
-                || next.is_some_and(|next| now >= next)
+            let settled_at = touches.map(|(first, last)| (last + SETTLE).min(first + MAX_IDLE));
+            let wake_at = [next, settled_at].into_iter().flatten().min();
+            if wake_at.is_some_and(|at| now >= at)
                 || self.stop.load(Ordering::SeqCst)
                 || self.reload.load(Ordering::SeqCst)
             {
                 return;
             }
-            std::thread::sleep(next.map_or(STEP, |next| STEP.min(next - now)));
+            // No timeout (the agent has nothing due): until a signal or
+            // an opening of the store.
+            let timeout = wake_at.and_then(|at| Timespec::try_from(at - now).ok());
+            let mut fds = vec![PollFd::new(&self.wake, PollFlags::IN)];
+            fds.extend(
+                watch
+                    .as_ref()
+                    .map(|watch| PollFd::new(watch, PollFlags::IN)),
+            );
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "cannot wait in poll; sleeping instead");
+                    std::thread::sleep(wake_at.map_or(MAX_IDLE, |at| (at - now).min(MAX_IDLE)));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `watch` saw another process open the store since the last call.
+/// A watch that fails to read is dropped, with a warning: the agent then
+/// looks at the store every [`MAX_IDLE`], as without inotify, and this once
+/// it counts as an opening.
+fn store_touched(watch: &mut Option<StoreWatch>) -> bool {
+    match watch.as_mut().map(StoreWatch::store_touched) {
+        None => false,
+        Some(Ok(touched)) => touched,
+        Some(Err(error)) => {
+            tracing::warn!(%error, "cannot read the store watch; looking at the store every {MAX_IDLE:?}");
+            *watch = None;
+            true
         }
     }
 }
@@ -205,9 +250,7 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         if options.once || signals.stop.load(Ordering::SeqCst) {
             break;
         }
-        signals.sleep_until(next, || {
-            agent.watch.as_mut().is_some_and(StoreWatch::store_touched)
-        });
+        signals.sleep_until(next, &mut agent.watch);
         if signals.stop.load(Ordering::SeqCst) {
             break;
         }
@@ -220,6 +263,17 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
 struct Fetch<'c> {
     feed: &'c FeedConfig,
     result: Result<Fetched, feed::FetchError>,
+    took: Duration,
+}
+
+/// One pull of the CrowdSec LAPI, with when it was sent and how long it
+/// took.
+struct Pull<'c> {
+    lapi: &'c CrowdsecConfig,
+    /// Whether it asked for the whole list.
+    startup: bool,
+    attempted: SystemTime,
+    answer: Result<crowdsec::Answer, crowdsec::PullError>,
     took: Duration,
 }
 
@@ -243,6 +297,11 @@ struct Agent {
 struct Lapi {
     /// When it is next pulled (now, if never).
     due: Option<Instant>,
+    /// Whether this process applied the last pull's answer, so that the
+    /// next pull may ask for the changes only. False at the start: every
+    /// start asks for the whole list, as CrowdSec's own bouncers do, so
+    /// no pull waits for a transaction that marks it in flight.
+    synced: bool,
     /// Pulls failed in a row.
     failures: u32,
     /// Ignored-decision reasons already logged.
@@ -297,10 +356,11 @@ impl Agent {
         }
     }
 
-    /// One pass: fetch the feeds that are due, then, in one visit to the
-    /// store, end the expired listings and apply the fetched lists. Returns
-    /// when the next pass is due, if anything is (another process opening
-    /// the store also calls for one).
+    /// One pass: fetch the feeds that are due and pull the CrowdSec LAPI if
+    /// it is (network I/O, holding no lock), then, in one visit to the
+    /// store, end the expired listings and apply what was fetched and
+    /// pulled. Returns when the next pass is due, if anything is (another
+    /// process opening the store also calls for one).
     fn pass(&mut self, config: &Config) -> Result<Option<Instant>, AgentError> {
         let now = Instant::now();
         let due: Vec<&FeedConfig> = config
@@ -322,30 +382,29 @@ impl Agent {
                 Fetch { feed, result, took }
             })
             .collect();
+        let pull = config
+            .crowdsec
+            .as_ref()
+            .filter(|_| self.lapi.due.is_none_or(|at| at <= Instant::now()))
+            .map(|lapi| self.pull(lapi));
         let mut control = self.open()?;
         self.expire(&mut control)?;
         for fetch in fetches {
             let mut state = states.get(&fetch.feed.name).cloned().unwrap_or_default();
             self.apply(&mut control, fetch, &mut state)?;
         }
+        if let Some(pull) = pull {
+            self.take_pull(&mut control, pull)?;
+        }
         if self.retire_pending {
-            // After the fetches, so that a renamed feed's new list is in
-            // before the old one goes.
+            // After the fetches and the pull, so that a renamed feed's (or
+            // a moved LAPI's) new list is in before the old one goes.
             retire_unconfigured_feeds(&mut control, config)?;
             retire_unfollowed_crowdsec(&mut control, config)?;
             self.retire_pending = false;
         }
-        drop(control);
-        if let Some(lapi) = &config.crowdsec {
-            if self.lapi.due.is_none_or(|at| at <= Instant::now()) {
-                self.follow(lapi)?;
-            }
-        }
-        let control = self.open()?;
         // Under the store's lock: what others did before now is read below.
-        if let Some(watch) = &mut self.watch {
-            watch.store_touched();
-        }
+        store_touched(&mut self.watch);
         self.metrics.observe_store(control.store())?;
         let next_expiry = control.store().next_expiry()?;
         drop(control);
@@ -360,35 +419,49 @@ impl Agent {
             .min())
     }
 
-    /// Pulls the CrowdSec LAPI once and applies its answer: the whole list
-    /// when the store holds no synced state for it, else the changes.
-    fn follow(&mut self, lapi: &CrowdsecConfig) -> Result<(), AgentError> {
-        let control = self.open()?;
-        let mut state = control.store().crowdsec_state(&lapi.url)?;
-        let startup = !state.as_ref().is_some_and(|state| state.synced);
-        let mut state = state.take().unwrap_or_default();
-        let counts_before = state.counts.clone();
-        state.last_attempt = Some(unix_seconds(SystemTime::now()));
-        // Not synced until this pull's answer is applied: if the agent dies
-        // or the pull fails midway, the next pull asks for everything.
-        state.synced = false;
-        let mut txn = control.store().begin()?;
-        txn.set_crowdsec_state(&lapi.url, &state)?;
-        txn.commit()?;
-        drop(control);
+    /// Pulls the CrowdSec LAPI once: the whole list unless this process
+    /// has applied the answer of the pull before.
+    fn pull<'c>(&self, lapi: &'c CrowdsecConfig) -> Pull<'c> {
+        let startup = !self.lapi.synced;
+        let attempted = SystemTime::now();
         let started = Instant::now();
         let answer = crowdsec::pull(lapi, startup);
-        let took = started.elapsed();
-        let mut control = self.open()?;
-        let outcome = match answer {
+        Pull {
+            lapi,
+            startup,
+            attempted,
+            answer,
+            took: started.elapsed(),
+        }
+    }
+
+    /// Applies a pull's answer and records the LAPI's state (in one more
+    /// transaction); schedules the next pull.
+    fn take_pull(&mut self, control: &mut Control, pull: Pull<'_>) -> Result<(), AgentError> {
+        let lapi = pull.lapi;
+        let mut state = control
+            .store()
+            .crowdsec_state(&lapi.url)?
+            .unwrap_or_default();
+        let counts_before = state.counts.clone();
+        state.last_attempt = Some(unix_seconds(pull.attempted));
+        let outcome = match pull.answer {
             Ok(answer) => {
-                let changes =
-                    crowdsec::take_answer(lapi, &mut state, &answer, startup, SystemTime::now());
-                self.apply_decisions(&mut control, &changes, answer.new.len(), took)
-                    .map(|()| state.synced = true)
+                let changes = crowdsec::take_answer(
+                    lapi,
+                    &mut state,
+                    &answer,
+                    pull.startup,
+                    SystemTime::now(),
+                );
+                self.apply_decisions(control, &changes, answer.new.len(), pull.took)
             }
             Err(error) => Err(error.to_string()),
         };
+        // Until an answer is applied, the next pull asks for everything:
+        // the LAPI has moved its cursor past the changes it sent.
+        self.lapi.synced = outcome.is_ok();
+        state.synced = outcome.is_ok();
         match outcome {
             Ok(()) => {
                 if self.lapi.failures > 0 {

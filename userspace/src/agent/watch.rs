@@ -14,10 +14,12 @@
 //! in a pass, while it holds the store's lock: whatever another process
 //! did before then is in what the pass reads, and whatever it does after
 //! (it can only start once the agent has closed the store) leaves an
-//! event for the next wait.
+//! event for the next wait. Between passes the agent sleeps in `poll` on
+//! the watch's descriptor ([`AsFd`]), so an opening wakes it at once.
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
 use inotify::{Inotify, WatchMask};
@@ -42,8 +44,8 @@ impl StoreWatch {
 
     /// Whether the store file was opened, created, moved in or deleted
     /// since the last call; empties the watch. A lost event (the kernel's
-    /// queue overflowed) or a failed read counts as an opening.
-    pub fn store_touched(&mut self) -> bool {
+    /// queue overflowed) counts as an opening.
+    pub fn store_touched(&mut self) -> io::Result<bool> {
         let mut buffer = [0; 4096];
         let mut touched = false;
         loop {
@@ -55,10 +57,16 @@ impl StoreWatch {
                             .is_none_or(|name| name == OsStr::new(Store::FILE_NAME));
                     }
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return touched,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(touched),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return true,
+                Err(error) => return Err(error),
             }
         }
+    }
+}
+
+impl AsFd for StoreWatch {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
     }
 }

@@ -94,10 +94,10 @@ pub struct FeedState {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CrowdsecState {
-    /// The last pull's changes are all applied: the next pull may ask
-    /// for changes only. False from the moment a pull is sent until its
-    /// answer is applied, so a pull that fails or an agent that dies
-    /// midway makes the next pull ask for the whole list again.
+    /// Whether the last pull's answer was applied (for `cfctl status`).
+    /// The agent does not take it from the store: each start of the agent
+    /// asks for the whole list, and so does the pull after one that failed
+    /// or was not applied.
     pub synced: bool,
     /// The decisions taken and still live, by decision id.
     pub decisions: std::collections::BTreeMap<u64, CrowdsecDecision>,
