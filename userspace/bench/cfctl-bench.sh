@@ -5,13 +5,14 @@
 # of them, and to apply a feed refresh that changes 10^5 of them (cfctl
 # agent against an `ipset restore` of the same 10^5 deletions and
 # additions), and the latency of adding one address (cfctl with and
-# without a running agent), for cfctl, xdp-filter (xdp-tools) and ipset in
-# the same run on the same list. The XDP programs are attached (native mode) to the host end of a
+# without a running agent, beside the process start and device flushes
+# that one add cannot avoid), for cfctl, xdp-filter (xdp-tools) and ipset
+# in the same run on the same list. The XDP programs are attached (native mode) to the host end of a
 # veth pair whose peer is in a namespace the script creates; no traffic is
 # sent. Everything is removed on exit, also when a step fails.
 #
 # Usage: cfctl-bench.sh PATH/TO/cfctl   (as root; needs xdp-filter, ipset,
-# python3). ENTRIES, ADDS and XDP_FILTER_ADDS override the sizes.
+# python3, strace). ENTRIES, ADDS and XDP_FILTER_ADDS override the sizes.
 set -euo pipefail
 
 cfctl_binary=$(realpath "$1")
@@ -56,25 +57,42 @@ seconds_since() {
     python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$end"
 }
 
-# Median wall time in milliseconds of running "$@ ADDRESS" for `count`
-# fresh addresses in 198.19.0.0/16 (printed as "median (min-max)"). The
-# write-back of what came before (an import writes hundreds of MB) is
-# flushed first, so that the adds' own flushes do not wait for it.
-latency_ms() {
-    local count=$1 times=()
-    shift
+# Runs the commands named in turn, `rounds` times, and prints for each
+# "NAME median (min-max)" in milliseconds of wall time: interleaved, so
+# that every command meets the same moments of the machine. Each command
+# is called with a fresh address of 198.19.0.0/16 (from `first` on), which
+# it may ignore. The write-back of what came before (an import writes
+# hundreds of MB) is flushed first, so that the adds' own flushes do not
+# wait for it.
+interleaved_ms() {
+    local rounds=$1 first=$2 times=()
+    shift 2
     sync
-    for i in $(seq 1 "$count"); do
-        local start=$EPOCHREALTIME
-        "$@" "198.19.$((i / 256)).$((i % 256))" >/dev/null
-        times+=("$start" "$EPOCHREALTIME")
+    for round in $(seq 1 "$rounds"); do
+        local n=$((first + round)) command
+        for command in "$@"; do
+            local start=$EPOCHREALTIME
+            "$command" "198.19.$((n / 256)).$((n % 256))" >/dev/null
+            times+=("$command" "$start" "$EPOCHREALTIME")
+        done
     done
     python3 -c "
 import statistics, sys
-t = [float(v) for v in sys.argv[1:]]
-ms = sorted((end - start) * 1000 for start, end in zip(t[::2], t[1::2]))
-print(f'{statistics.median(ms):.2f} ms ({ms[0]:.2f}-{ms[-1]:.2f})')" "${times[@]}"
+samples = {}
+for name, start, end in zip(*[iter(sys.argv[1:])] * 3):
+    samples.setdefault(name, []).append((float(end) - float(start)) * 1000)
+for name, ms in samples.items():
+    ms.sort()
+    print(f'{name} {statistics.median(ms):.2f} ms ({ms[0]:.2f}-{ms[-1]:.2f})')" "${times[@]}"
 }
+# The commands timed; each takes the address to add.
+cfctl_add() { cfctl add "$1"; }
+ipset_add() { ipset add "$ipset_name" "$1"; }
+xdp_filter_add() { xdp-filter ip "$1"; }
+process_start() { /bin/true; }
+cfctl_start() { "$cfctl_binary" --version; }
+# One command's result from interleaved_ms's output.
+result_of() { sed -n "s/^$1 //p" <<<"$2"; }
 
 echo "==> network: $host_link <-veth-> $namespace; $entries random IPv4 addresses"
 ip netns add "$namespace"
@@ -135,8 +153,9 @@ cfctl_import="$(median "${imports[@]}") (${imports[*]})"
 cfctl verify >/dev/null
 start=$EPOCHREALTIME; cfctl import --replace "$work/replacement.txt" >/dev/null; cfctl_replace=$(seconds_since "$start")
 cfctl verify >/dev/null
-cfctl_add=$(latency_ms "$adds" cfctl add)
 cfctl status
+# Kept, with its store, for the adds at the end.
+added_state=$state
 cfctl detach --all >/dev/null
 
 echo "==> cfctl agent: a feed refresh that changes $changed of $entries entries"
@@ -177,17 +196,6 @@ done
 agent_apply="$(median "${applies[@]}") (${applies[*]})"
 agent_pass="$(median "${passes[@]}") (${passes[*]})"
 cfctl verify >/dev/null
-# The binary itself, not the cfctl function: $! must be the agent's pid.
-"$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" agent --config "$work/agent.toml" 2>/dev/null &
-agent_pid=$!
-for _ in $(seq 1 100); do
-    cfctl status --json | grep -Eq '"running": ?true' && break
-    sleep 0.1
-done
-cfctl_add_agent=$(latency_ms "$adds" cfctl add)
-kill "$agent_pid"
-wait "$agent_pid" || true
-agent_pid=""
 cfctl detach --all >/dev/null
 
 echo "==> xdp-filter"
@@ -197,7 +205,7 @@ head -n "$xdp_filter_adds" "$work/list.txt" | while read -r address; do
     xdp-filter ip "$address"
 done
 xdp_filter_bulk=$(seconds_since "$start")
-xdp_filter_add=$(latency_ms "$adds" xdp-filter ip)
+xdp_filter_add=$(result_of xdp_filter_add "$(interleaved_ms "$adds" 0 xdp_filter_add)")
 xdp_filter_per_entry=$(python3 -c "print(f'{float(\"$xdp_filter_bulk\") / $xdp_filter_adds * 1000:.2f}')")
 xdp-filter unload "$host_link"
 
@@ -220,7 +228,34 @@ ipset restore -f "$work/ipset-new.restore"
 ipset swap "$ipset_name-new" "$ipset_name"
 ipset destroy "$ipset_name-new"
 ipset_replace=$(seconds_since "$start")
-ipset_add=$(latency_ms "$adds" ipset add "$ipset_name")
+
+echo "==> one add: cfctl (without and with its agent), ipset, and what no add goes below"
+state=$added_state
+cfctl attach "$host_link" >/dev/null
+adds_alone=$(interleaved_ms "$adds" 0 cfctl_add ipset_add process_start cfctl_start)
+cfctl_add=$(result_of cfctl_add "$adds_alone")
+ipset_add=$(result_of ipset_add "$adds_alone")
+true_start=$(result_of process_start "$adds_alone")
+cfctl_start=$(result_of cfctl_start "$adds_alone")
+strace -f -c -e trace=fdatasync -o "$work/flushes.txt" "$cfctl_binary" --pin-dir "$pin_dir" \
+    --state-dir "$state" add 198.19.255.1 >/dev/null
+add_flushes=$(awk '$NF == "fdatasync" { printf "%d, %.2f ms", $4, $2 * 1000 }' "$work/flushes.txt")
+# An agent with nothing to fetch: it only ends listings and watches the
+# store. The binary itself, not the cfctl function: $! must be its pid.
+printf '[metrics]\nlisten = ""\n' >"$work/idle-agent.toml"
+"$cfctl_binary" --pin-dir "$pin_dir" --state-dir "$state" agent --config "$work/idle-agent.toml" 2>/dev/null &
+agent_pid=$!
+for _ in $(seq 1 100); do
+    cfctl status --json | grep -Eq '"running": ?true' && break
+    sleep 0.1
+done
+adds_beside_agent=$(interleaved_ms "$adds" 1000 cfctl_add ipset_add)
+cfctl_add_agent=$(result_of cfctl_add "$adds_beside_agent")
+ipset_add_agent=$(result_of ipset_add "$adds_beside_agent")
+kill "$agent_pid"
+wait "$agent_pid" || true
+agent_pid=""
+cfctl detach --all >/dev/null
 
 cat <<TABLE
 
@@ -233,5 +268,11 @@ cat <<TABLE
 | tool | apply a refresh that changes $changed of $entries entries, s (median of 3; runs) | add one address, $entries listed (median of $adds, min-max) |
 |---|---|---|
 | cfctl agent (feed over HTTP on 127.0.0.1; from the response to the live filter, as the agent logs it) | ${agent_apply}; whole \`agent --once\` process: ${agent_pass} | ${cfctl_add_agent} (\`cfctl add\` while the agent runs) |
-| ipset restore (the same deletions and additions to a hash:ip set) | ${ipset_diff} | ${ipset_add} |
+| ipset restore (the same deletions and additions to a hash:ip set) | ${ipset_diff} | ${ipset_add_agent} (\`ipset add\`, interleaved with those) |
+
+| what one add cannot go below | ms (median of $adds, min-max) |
+|---|---|
+| /bin/true (the shell's fork and exec) | ${true_start} |
+| cfctl --version (cfctl's start: loader, Rust runtime, command line) | ${cfctl_start} |
+| device flushes of one cfctl add (count, their time under strace) | ${add_flushes} |
 TABLE
