@@ -11,11 +11,13 @@
 # veth pair whose peer is in a namespace the script creates; no traffic is
 # sent. Everything is removed on exit, also when a step fails.
 #
-# Usage: cfctl-bench.sh PATH/TO/cfctl   (as root; needs xdp-filter, ipset,
-# python3, strace). ENTRIES, ADDS and XDP_FILTER_ADDS override the sizes.
+# Usage: cfctl-bench.sh PATH/TO/cfctl PATH/TO/store_floor   (as root; needs
+# xdp-filter, ipset, python3, strace; store_floor is the example
+# userspace/examples/store_floor.rs). ENTRIES, ADDS and XDP_FILTER_ADDS override the sizes.
 set -euo pipefail
 
 cfctl_binary=$(realpath "$1")
+store_floor_binary=$(realpath "$2")
 entries=${ENTRIES:-1000000}
 adds=${ADDS:-25}
 xdp_filter_adds=${XDP_FILTER_ADDS:-1000}
@@ -91,6 +93,13 @@ ipset_add() { ipset add "$ipset_name" "$1"; }
 xdp_filter_add() { xdp-filter ip "$1"; }
 process_start() { /bin/true; }
 cfctl_start() { "$cfctl_binary" --version; }
+# The key is the address's last two bytes (fresh in every round), split
+# in the shell itself: no other process in the timed call.
+store_floor_add() {
+    local IFS=. octets
+    read -r -a octets <<<"$1"
+    "$store_floor_binary" add "$work/floor.redb" $((octets[2] * 256 + octets[3]))
+}
 # One command's result from interleaved_ms's output.
 result_of() { sed -n "s/^$1 //p" <<<"$2"; }
 
@@ -232,14 +241,20 @@ ipset_replace=$(seconds_since "$start")
 echo "==> one add: cfctl (without and with its agent), ipset, and what no add goes below"
 state=$added_state
 cfctl attach "$host_link" >/dev/null
-adds_alone=$(interleaved_ms "$adds" 0 cfctl_add ipset_add process_start cfctl_start)
+"$store_floor_binary" fill "$work/floor.redb" "$entries"
+adds_alone=$(interleaved_ms "$adds" 0 cfctl_add ipset_add process_start cfctl_start store_floor_add)
 cfctl_add=$(result_of cfctl_add "$adds_alone")
 ipset_add=$(result_of ipset_add "$adds_alone")
 true_start=$(result_of process_start "$adds_alone")
 cfctl_start=$(result_of cfctl_start "$adds_alone")
-strace -f -c -e trace=fdatasync -o "$work/flushes.txt" "$cfctl_binary" --pin-dir "$pin_dir" \
-    --state-dir "$state" add 198.19.255.1 >/dev/null
-add_flushes=$(awk '$NF == "fdatasync" { printf "%d, %.2f ms", $4, $2 * 1000 }' "$work/flushes.txt")
+store_floor=$(result_of store_floor_add "$adds_alone")
+# Five adds under strace: the flushes one add makes, and their wall time
+# (after the write-back of what came before).
+sync
+strace -f -c -w -e trace=fdatasync -o "$work/flushes.txt" bash -c "for n in 1 2 3 4 5; do
+    '$cfctl_binary' --pin-dir '$pin_dir' --state-dir '$state' add 198.19.255.\$n >/dev/null
+done"
+add_flushes=$(awk '$NF == "fdatasync" { printf "%d, %.2f ms", $4 / 5, $2 * 1000 / 5 }' "$work/flushes.txt")
 # An agent with nothing to fetch: it only ends listings and watches the
 # store. The binary itself, not the cfctl function: $! must be its pid.
 printf '[metrics]\nlisten = ""\n' >"$work/idle-agent.toml"
@@ -274,5 +289,6 @@ cat <<TABLE
 |---|---|
 | /bin/true (the shell's fork and exec) | ${true_start} |
 | cfctl --version (cfctl's start: loader, Rust runtime, command line) | ${cfctl_start} |
-| device flushes of one cfctl add (count, their time under strace) | ${add_flushes} |
+| device flushes of one cfctl add (count, their wall time under strace; mean of 5 adds) | ${add_flushes} |
+| store_floor add (a process that only opens a redb store of $entries keys, inserts one and commits it as cfctl does) | ${store_floor} |
 TABLE
