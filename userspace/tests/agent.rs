@@ -267,6 +267,8 @@ fn an_idle_agent_sleeps_leaves_the_store_alone_and_still_ends_a_commands_listing
     // The agent learns of the command's listing because the command opened
     // the store.
     the_agent_ends_a_commands_short_listing(&network, &cfctl);
+    // With nothing due, it sleeps without a timeout: SIGTERM wakes it.
+    assert!(agent.terminate().success());
 }
 
 #[test]

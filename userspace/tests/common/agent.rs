@@ -61,10 +61,16 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGTERM, then the exit status.
+    /// SIGTERM, then the exit status (failing after a minute, where an
+    /// agent that missed the signal would hang the test).
     pub fn terminate(mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
-        self.child.wait().expect("waiting for the agent")
+        let mut status = None;
+        wait_for("the agent to end on SIGTERM", || {
+            status = self.child.try_wait().expect("the agent's status");
+            status.is_some()
+        });
+        status.expect("an exit status")
     }
 }
 
