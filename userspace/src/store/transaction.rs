@@ -189,7 +189,8 @@ impl Steps<'_, '_> {
 /// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
 /// list in one pass. The adds here and the update path (which looks up or
 /// reads the entries around a change) choose by it; a replacement has to
-/// read the whole list whatever its size (see `ListWriter::replacement`).
+/// read the whole list whatever its size, unless its source lists nothing
+/// (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
 /// `entries` keyed by their stored form, in order, the first of any
@@ -289,15 +290,24 @@ impl<'t> ListWriter<'t> {
     /// takes: a [`Step`] for each entry the source does not list as given
     /// and for each network it lists that `entries` lack, in order. The
     /// source's networks are known only by reading every membership (there
-    /// is no index by source), so every replacement, small or large, is
-    /// one ordered pass over the whole list, which also tells what the list
-    /// holds of each entry: no lookups.
+    /// is no index by source), so a replacement is one ordered pass over
+    /// the whole list, which also tells what the list holds of each entry:
+    /// no lookups. Unless the source lists nothing (its count says so, as
+    /// at a feed's first refresh or a CrowdSec LAPI's first pull): then
+    /// only the entries' own networks are read, as an add reads them.
     fn replacement<'e, 'a>(
         &self,
         source: u32,
         entries: &[(NetBytes, &'e NewEntry<'a>)],
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
+        if self.count_of(source)? == 0 {
+            let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
+            for ((net, entry), held) in entries.iter().zip(self.held_many(source, &nets)?) {
+                steps.take(*net, Some(*entry), held);
+            }
+            return Ok(steps);
+        }
         let mut new = entries.iter().peekable();
         // Each network's memberships are adjacent rows.
         let mut group: Option<(NetBytes, Held)> = None;
@@ -431,11 +441,17 @@ impl<'t> ListWriter<'t> {
         Ok(moved)
     }
 
+    /// How many networks `source` lists, as last written.
+    fn count_of(&self, source: u32) -> Result<u64, redb::Error> {
+        let key = (self.list.code(), source);
+        Ok(self.counts.get(key)?.map_or(0, |count| count.value()))
+    }
+
     /// Writes the count changes.
     fn finish(mut self) -> Result<(), redb::Error> {
         for (source, delta) in std::mem::take(&mut self.deltas) {
             let key = (self.list.code(), source);
-            let count = self.counts.get(key)?.map_or(0, |count| count.value());
+            let count = self.count_of(source)?;
             let count = count.saturating_add_signed(delta);
             if count == 0 {
                 self.counts.remove(key)?;
