@@ -49,8 +49,10 @@
 //! in address order, the sources of a network together. There is no index
 //! by source: what one source lists is read from the memberships in one
 //! ordered pass, keeping that source's rows (a refresh reads the whole
-//! list anyway, and an index would double the rows every change writes);
-//! the replace of a source whose count is zero reads only its entries.
+//! list anyway, and an index would double the rows every change writes).
+//! A replace reads less when the source's networks are known otherwise:
+//! none when its count is zero, or all of them in the expiry index when
+//! each one expires.
 //! Source names are stored once and referred to by id. Settings are JSON
 //! with defaults for missing fields, so new fields can be added without a
 //! schema change. A store of schema version 1 (one source per network) or

@@ -189,8 +189,8 @@ impl Steps<'_, '_> {
 /// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
 /// list in one pass. The adds here and the update path (which looks up or
 /// reads the entries around a change) choose by it; a replacement has to
-/// read the whole list whatever its size, unless its source lists nothing
-/// (see `ListWriter::replacement`).
+/// read the whole list whatever its size, unless its source's networks are
+/// known otherwise (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
 /// `entries` keyed by their stored form, in order, the first of any
@@ -292,19 +292,27 @@ impl<'t> ListWriter<'t> {
     /// source's networks are known only by reading every membership (there
     /// is no index by source), so a replacement is one ordered pass over
     /// the whole list, which also tells what the list holds of each entry:
-    /// no lookups. Unless the source lists nothing (its count says so, as
-    /// at a feed's first refresh or a CrowdSec LAPI's first pull): then
-    /// only the entries' own networks are read, as an add reads them.
+    /// no lookups. Unless the source's networks are known otherwise, and
+    /// few: none when its count is zero (a feed's first refresh), or all of
+    /// them from the expiry index when every one expires (a CrowdSec LAPI's
+    /// decisions) and that index is small beside the list. Then only those
+    /// networks and the entries' own are read, as an add reads them.
     fn replacement<'e, 'a>(
         &self,
         source: u32,
         entries: &[(NetBytes, &'e NewEntry<'a>)],
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
-        if self.count_of(source)? == 0 {
-            let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
-            for ((net, entry), held) in entries.iter().zip(self.held_many(source, &nets)?) {
-                steps.take(*net, Some(*entry), held);
+        if let Some(mut nets) = self.few_known_nets_of(source, entries.len())? {
+            nets.extend(entries.iter().map(|(net, _)| *net));
+            nets.sort_unstable();
+            nets.dedup();
+            let mut new = entries.iter().peekable();
+            for (net, held) in nets.iter().zip(self.held_many(source, &nets)?) {
+                let entry = new
+                    .next_if(|(next, _)| next == net)
+                    .map(|(_, entry)| *entry);
+                steps.take(*net, entry, held);
             }
             return Ok(steps);
         }
@@ -439,6 +447,39 @@ impl<'t> ListWriter<'t> {
             moved = self.leave(source, net)?;
         }
         Ok(moved)
+    }
+
+    /// Every network `source` lists, if that is known without reading the
+    /// whole list and reading them (with `entries` more) one by one costs
+    /// less than one pass over it (see [`ROWS_PER_LOOKUP`]): none when its
+    /// count is zero; otherwise from the expiry index, when it is small
+    /// beside the list and holds a row for each of the source's networks
+    /// (every one of them expires).
+    fn few_known_nets_of(
+        &self,
+        source: u32,
+        entries: usize,
+    ) -> Result<Option<Vec<NetBytes>>, redb::Error> {
+        let count = self.count_of(source)?;
+        if count == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let wanted = count.saturating_add(u64::try_from(entries).unwrap_or(u64::MAX));
+        let cost = self
+            .expiry
+            .len()?
+            .saturating_add(wanted.saturating_mul(ROWS_PER_LOOKUP));
+        if cost >= self.members.len()? {
+            return Ok(None);
+        }
+        let mut nets = Vec::new();
+        for row in self.expiry.iter()? {
+            let (_, member, &net) = row?.0.value();
+            if member == source {
+                nets.push(net);
+            }
+        }
+        Ok((u64::try_from(nets.len()).ok() == Some(count)).then_some(nets))
     }
 
     /// How many networks `source` lists, as last written.
