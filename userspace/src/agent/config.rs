@@ -340,14 +340,15 @@ fn check_feed(
         }
         (None, None) => return Err(at(span, within("needs a url or a path"))),
     };
-    let duration = |value, key, min| duration_setting(value, key, min, at, &within);
-    let refresh = duration(&feed.refresh, "refresh", MIN_REFRESH)?;
-    let timeout = feed
-        .timeout
-        .as_ref()
-        .map_or(Ok(Duration::from_secs(60)), |timeout| {
-            duration(timeout, "timeout", Duration::from_secs(1))
-        })?;
+    let refresh = duration_setting(&feed.refresh, "refresh", MIN_REFRESH, at, &within)?;
+    let timeout = optional_duration_setting(
+        feed.timeout.as_ref(),
+        "timeout",
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+        at,
+        &within,
+    )?;
     let format = match &feed.format {
         None => None,
         Some(format) if format.get_ref() == "auto" => None,
@@ -485,19 +486,22 @@ fn check_crowdsec(
             within("the API key is empty or holds spaces or control characters"),
         ));
     }
-    let duration = |value, key, min| duration_setting(value, key, min, at, &within);
-    let pull = section
-        .pull
-        .as_ref()
-        .map_or(Ok(Duration::from_secs(10)), |pull| {
-            duration(pull, "pull", MIN_PULL)
-        })?;
-    let timeout = section
-        .timeout
-        .as_ref()
-        .map_or(Ok(Duration::from_secs(30)), |timeout| {
-            duration(timeout, "timeout", Duration::from_secs(1))
-        })?;
+    let pull = optional_duration_setting(
+        section.pull.as_ref(),
+        "pull",
+        MIN_PULL,
+        Duration::from_secs(10),
+        at,
+        &within,
+    )?;
+    let timeout = optional_duration_setting(
+        section.timeout.as_ref(),
+        "timeout",
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+        at,
+        &within,
+    )?;
     let scopes = match section.scopes {
         None => CROWDSEC_SCOPES.map(str::to_owned).to_vec(),
         Some(scopes) => {
@@ -559,6 +563,21 @@ fn duration_setting(
 ) -> Result<Duration, ConfigError> {
     parse_duration(value.get_ref(), min)
         .map_err(|reason| at(value.span(), within(&format!("{key} {reason}"))))
+}
+
+/// [`duration_setting`] for a setting that may be left out: `default`
+/// when it is.
+fn optional_duration_setting(
+    value: Option<&Spanned<String>>,
+    key: &str,
+    min: Duration,
+    default: Duration,
+    at: &impl Fn(Range<usize>, String) -> ConfigError,
+    within: &impl Fn(&str) -> String,
+) -> Result<Duration, ConfigError> {
+    value.map_or(Ok(default), |value| {
+        duration_setting(value, key, min, at, within)
+    })
 }
 
 /// A listen address: `HOST:PORT` with a literal IP.
