@@ -357,9 +357,10 @@ setting! {
         WouldDrop = 2 => "would_drop",
         /// Would have been dropped, passed because the allowlist matched.
         Allowlisted = 3 => "allowlisted",
-        /// Truncated or malformed; passed or dropped by `malformed_action`.
+        /// Truncated or malformed, or with more VLAN tags than the parser
+        /// follows; passed or dropped by `malformed_action`.
         Malformed = 4 => "malformed",
-        /// Not IPv4 or IPv6 (ARP, LLDP, three or more VLAN tags, ...): passed.
+        /// Not IPv4 or IPv6 (ARP, LLDP, ...): passed.
         NonIp = 5 => "non_ip",
     }
 }

@@ -1,5 +1,6 @@
-//! Frame parsing for XDP: Ethernet II, up to two 802.1Q / 802.1ad tags,
-//! then the IPv4 or IPv6 header, down to the address the filter matches.
+//! Frame parsing for XDP: Ethernet II, up to [`MAX_VLAN_TAGS`] stacked
+//! 802.1Q / 802.1ad tags, then the IPv4 or IPv6 header, down to the
+//! address the filter matches.
 //!
 //! The parser reads the frame through [`PacketBytes`], so the same code
 //! runs in the XDP program (over the packet between `data` and `data_end`)
@@ -13,6 +14,14 @@
 //! the whole header present; IPv6 version 6 and the 40-byte fixed header
 //! present. It does not look at checksums, lengths beyond the header,
 //! options or extension headers.
+//!
+//! Every tag is followed, whatever its VLAN id: the kernel strips priority
+//! tags (VLAN id 0) one after another and delivers what is inside to IP,
+//! so a stack of them must not hide the address. A frame with more than
+//! [`MAX_VLAN_TAGS`] tags is malformed (of no family), never "not IP": its
+//! address is past what the parser reads, and the kernel may still
+//! deliver it. Every other malformed frame is one the kernel's IP layer
+//! drops itself (a wrong version, a short or cut header).
 
 #[cfg(target_arch = "bpf")]
 use aya_ebpf::programs::XdpContext;
@@ -25,6 +34,9 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// The most stacked VLAN tags the parser follows (the verifier unrolls
+/// the loop); a frame with more is [`Frame::Malformed`].
+pub const MAX_VLAN_TAGS: usize = 8;
 const IPV4_MIN_HEADER_LEN: usize = 20;
 const IPV4_SOURCE_OFFSET: usize = 12;
 const IPV6_HEADER_LEN: usize = 40;
@@ -47,8 +59,9 @@ pub enum Frame {
     Ipv4(u32),
     /// An IPv6 packet.
     Ipv6(Ipv6Address),
-    /// Ends early or has an impossible header; `Family::Other` when the
-    /// frame ends before its ethertype is known.
+    /// Ends early, has an impossible header or more than
+    /// [`MAX_VLAN_TAGS`] tags; `Family::Other` when the IP ethertype is
+    /// never reached.
     Malformed(Family),
     /// Another ethertype.
     NonIp,
@@ -125,27 +138,32 @@ pub fn parse<P: PacketBytes + ?Sized>(packet: &P, direction: Direction) -> Frame
         return Frame::Malformed(Family::Other);
     };
     let mut offset = ETHERNET_HEADER_LEN;
-    // Up to two tags; a third tag is another ethertype (passed as non-IP).
-    // Constant offsets keep every access check trivial for the verifier.
-    if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
-        let Some(inner) = read_u16(packet, ETHERNET_HEADER_LEN + VLAN_TAG_LEN - 2) else {
+    // A loop of constant bound: the offsets stay constants once unrolled,
+    // which keeps every access check trivial for the verifier.
+    for _ in 0..MAX_VLAN_TAGS {
+        if !is_vlan_tag(ethertype) {
+            break;
+        }
+        let Some(inner) = read_u16(packet, offset + VLAN_TAG_LEN - 2) else {
             return Frame::Malformed(Family::Other);
         };
         ethertype = inner;
-        offset = ETHERNET_HEADER_LEN + VLAN_TAG_LEN;
-        if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
-            let Some(inner) = read_u16(packet, ETHERNET_HEADER_LEN + 2 * VLAN_TAG_LEN - 2) else {
-                return Frame::Malformed(Family::Other);
-            };
-            ethertype = inner;
-            offset = ETHERNET_HEADER_LEN + 2 * VLAN_TAG_LEN;
-        }
+        offset += VLAN_TAG_LEN;
     }
     match ethertype {
         ETHERTYPE_IPV4 => parse_ipv4(packet, offset, direction),
         ETHERTYPE_IPV6 => parse_ipv6(packet, offset, direction),
+        // One tag more than the parser follows.
+        ethertype if is_vlan_tag(ethertype) => Frame::Malformed(Family::Other),
         _ => Frame::NonIp,
     }
+}
+
+/// Whether `ethertype` starts an 802.1Q or 802.1ad tag (the two the kernel
+/// strips).
+#[inline(always)]
+fn is_vlan_tag(ethertype: u16) -> bool {
+    ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
 }
 
 #[inline(always)]

@@ -12,6 +12,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
+use blocklist_ebpf::packet::MAX_VLAN_TAGS;
 use cuckoo_fuzz::{frame_of, Filter, FIRST_ID, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
 use etherparse::{
     ArpHardwareId, ArpOperation, ArpPacket, EtherType, IpHeaders, Ipv4Header, Ipv6Header,
@@ -312,7 +313,8 @@ fn first_listed(lists: &Path, name: &str) -> IpAddr {
 
 /// Frames to or from listed addresses: UDP, TCP and ICMP over IPv4 and
 /// IPv6 with no, one or two VLAN tags, an IPv4 header with options, ARP,
-/// three tags, and cut frames.
+/// stacks of priority tags up to one more than the parser follows, and cut
+/// frames.
 fn packets(dir: &Path, lists: &Path) {
     let listed_v4 = first_listed(lists, "dshield_top_1000.ipset");
     let listed_v6 = first_listed(lists, "spamhaus_dropv6.txt");
@@ -443,10 +445,17 @@ fn packets(dir: &Path, lists: &Path) {
     for (name, frame) in &frames {
         write(dir, name, frame);
     }
-    // Three tags: the third is not looked into (not IP).
-    let (_, tagged) = &frames[2];
-    let three_tags = [&tagged[..12], &[0x81, 0x00, 0x00, 0x05], &tagged[12..]].concat();
-    write(dir, "udp4_three_tags", &three_tags);
+    // Priority tags (VLAN id 0) stacked in front of a two-tag frame: the
+    // kernel strips them all, so the parser follows them to the address,
+    // and a stack deeper than it follows is malformed.
+    let stacked = |tags: usize| {
+        let (_, tagged) = &frames[2];
+        let priority_tags = [0x81, 0x00, 0x00, 0x00].repeat(tags - 2);
+        [&tagged[..12], &priority_tags[..], &tagged[12..]].concat()
+    };
+    write(dir, "udp4_three_tags", &stacked(3));
+    write(dir, "udp4_max_tags", &stacked(MAX_VLAN_TAGS));
+    write(dir, "udp4_too_many_tags", &stacked(MAX_VLAN_TAGS + 1));
     // Cut inside the IPv4 options, the IPv6 header and the Ethernet header.
     let cut = |name: &str, length: usize| {
         let (_, frame) = frames

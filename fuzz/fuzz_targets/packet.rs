@@ -2,8 +2,8 @@
 //! here over a byte slice) on any frame, for the source and the
 //! destination address: never a panic, and always the answer of a
 //! reference parse built on etherparse's header decoders, which says what
-//! the parser documents: Ethernet II, then up to two 802.1Q or 802.1ad
-//! tags (a third is another ethertype: not IP), then an IPv4 header
+//! the parser documents: Ethernet II, then up to `MAX_VLAN_TAGS` 802.1Q or
+//! 802.1ad tags (one more is malformed of no family), then an IPv4 header
 //! (version 4, IHL >= 5, the whole header present, options included) or
 //! the IPv6 fixed header (version 6, 40 bytes present), and the address
 //! asked for; a frame that ends before its ethertype is known is malformed
@@ -11,7 +11,7 @@
 //! that header's family.
 #![no_main]
 
-use blocklist_ebpf::packet::{parse, Direction, Frame, Ipv6Address};
+use blocklist_ebpf::packet::{parse, Direction, Frame, Ipv6Address, MAX_VLAN_TAGS};
 use blocklist_ebpf::Family;
 use etherparse::{
     EtherType, Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6HeaderSlice, SingleVlanHeaderSlice,
@@ -34,9 +34,11 @@ fn reference(frame: &[u8], direction: Direction) -> Frame {
     };
     let mut ether_type = ethernet.ether_type();
     let mut rest = &frame[ethernet.slice().len()..];
-    for _tag in 0..2 {
-        if ether_type != EtherType::VLAN_TAGGED_FRAME && ether_type != EtherType::PROVIDER_BRIDGING
-        {
+    let is_tag = |ether_type| {
+        ether_type == EtherType::VLAN_TAGGED_FRAME || ether_type == EtherType::PROVIDER_BRIDGING
+    };
+    for _tag in 0..MAX_VLAN_TAGS {
+        if !is_tag(ether_type) {
             break;
         }
         let Ok(tag) = SingleVlanHeaderSlice::from_slice(rest) else {
@@ -44,6 +46,9 @@ fn reference(frame: &[u8], direction: Direction) -> Frame {
         };
         ether_type = tag.ether_type();
         rest = &rest[tag.slice().len()..];
+    }
+    if is_tag(ether_type) {
+        return Frame::Malformed(Family::Other);
     }
     match ether_type {
         EtherType::IPV4 => match Ipv4HeaderSlice::from_slice(rest) {

@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -56,6 +56,10 @@ use userspace::plan::{KeyPlan, PlanLimits};
 use userspace::xdp::mapped::MappedValue;
 use userspace::xdp::test_run::{run_xdp, TestRun, XdpAction};
 use userspace::xdp::{AttachMode, Blocklist, LoadOptions};
+
+#[path = "../tests/common/raw_frames.rs"]
+mod raw_frames;
+use raw_frames::send_from_namespace;
 
 static BASELINES_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baselines"));
@@ -327,46 +331,6 @@ impl Drop for TrafficLink {
         let _ = Command::new("ip")
             .args(["link", "del", &self.host])
             .output();
-    }
-}
-
-/// Runs in a thread of its own: joins the namespace, opens a raw packet
-/// socket on `peer` and sends each frame once.
-fn send_from_namespace(
-    namespace: &File,
-    peer: &std::ffi::CStr,
-    frames: &[Vec<u8>],
-) -> std::io::Result<usize> {
-    // SAFETY: plain syscalls on valid descriptors, a NUL-terminated name
-    // and a zeroed, then filled, socket address; setns changes only this
-    // thread's network namespace.
-    unsafe {
-        if libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let index = libc::if_nametoindex(peer.as_ptr());
-        let socket = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        if index == 0 || socket < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut address: libc::sockaddr_ll = std::mem::zeroed();
-        address.sll_family = libc::AF_PACKET as u16;
-        address.sll_ifindex = index as i32;
-        address.sll_halen = 6;
-        let mut sent = 0;
-        for frame in frames {
-            let result = libc::sendto(
-                socket,
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&raw const address).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            );
-            sent += usize::from(result == frame.len() as isize);
-        }
-        libc::close(socket);
-        Ok(sent)
     }
 }
 

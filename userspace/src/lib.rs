@@ -65,6 +65,7 @@ pub mod store;
 pub mod text;
 pub mod xdp;
 
+pub use blocklist_ebpf::packet::MAX_VLAN_TAGS;
 pub use blocklist_ebpf::{
     Family, FilterProfile, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy,
     Setting,

@@ -3,7 +3,9 @@
 //! exports means exactly what it was given.
 //!
 //! * **Bounds.** A comment holds at most [`MAX_COMMENT_BYTES`]
-//!   ([`check_comment`]); an input line quoted in an error is cut to
+//!   ([`check_comment`] refuses a longer one from a person; one cfctl
+//!   composes from what a program sent is shortened with [`cut`]); an
+//!   input line quoted in an error is cut to
 //!   [`EXCERPT_CHARS`] characters ([`excerpt`]); a duration (a listing's
 //!   timeout, a refresh interval) is at most [`MAX_DURATION`]
 //!   ([`parse_duration`]), so that adding it to the clock cannot overflow.
@@ -17,12 +19,18 @@
 //!   list, with leading and trailing spaces escaped too (a list's parser
 //!   trims them); [`unescape`] reverses it exactly, so `cfctl export` read
 //!   back by `cfctl import` gives the same comments, whatever they hold.
+//!   An escaped comment is at most [`MAX_ESCAPED_COMMENT_BYTES`] long, which
+//!   a list's line may always hold.
 
 use std::fmt;
 use std::time::Duration;
 
 /// The most bytes of UTF-8 a comment may hold.
 pub const MAX_COMMENT_BYTES: usize = 1024;
+/// The most bytes a comment takes once escaped for export: six per byte
+/// at most (a one-byte control character becomes `\u{1f}`; a wider
+/// character that is escaped takes at most three bytes per byte).
+pub const MAX_ESCAPED_COMMENT_BYTES: usize = 6 * MAX_COMMENT_BYTES;
 /// The most characters of an input line quoted in an error message.
 pub const EXCERPT_CHARS: usize = 80;
 
@@ -63,6 +71,23 @@ pub fn check_comment(comment: &str) -> Result<Option<&str>, CommentProblem> {
         len if len > MAX_COMMENT_BYTES => Err(CommentProblem::TooLong(len)),
         _ => Ok(Some(comment)),
     }
+}
+
+/// `text` cut to at most `max_bytes` (at least 3) on a character
+/// boundary, ending in `...` when it was cut: for comments cfctl composes
+/// from what a program sent (a CrowdSec decision's origin and scenario),
+/// which must be stored, not refused.
+pub fn cut(mut text: String, max_bytes: usize) -> String {
+    const MARK: &str = "...";
+    if text.len() > max_bytes {
+        let mut end = max_bytes.saturating_sub(MARK.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(MARK);
+    }
+    text
 }
 
 /// Whether `c` is written as `\u{..}` rather than as itself: control
@@ -202,6 +227,24 @@ mod tests {
             r"C:\lists\new \u{zz} \u{110000} \u{}"
         );
         assert_eq!(unescape(r"a\u{1b}b\\"), "a\u{1b}b\\");
+    }
+
+    #[test]
+    fn long_composed_comments_are_cut_on_a_character_boundary() {
+        assert_eq!(cut("short".to_owned(), MAX_COMMENT_BYTES), "short");
+        let exact = "y".repeat(MAX_COMMENT_BYTES);
+        assert_eq!(cut(exact.clone(), MAX_COMMENT_BYTES), exact);
+        for filler in ["z", "é", "\u{2028}", "\u{1f600}"] {
+            let long = filler.repeat(MAX_COMMENT_BYTES + 1);
+            let cut = cut(long.clone(), MAX_COMMENT_BYTES);
+            assert!(cut.len() <= MAX_COMMENT_BYTES, "{filler:?}: {}", cut.len());
+            assert!(
+                cut.len() > MAX_COMMENT_BYTES - 8,
+                "{filler:?}: {}",
+                cut.len()
+            );
+            assert!(cut.ends_with("...") && long.starts_with(&cut[..cut.len() - 3]));
+        }
     }
 
     #[test]

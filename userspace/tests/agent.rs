@@ -77,6 +77,107 @@ fn feed_changes_reach_the_traffic_and_an_unchanged_feed_changes_nothing() {
     assert!(listed(&cfctl, "198.18.140.77"));
 }
 
+/// Runs `cfctl` with `args` to its end (a refusal ends it at once; an
+/// agent that started would run on, so it is killed, and the test fails,
+/// after a minute).
+fn run_to_end(cfctl: &Cfctl, args: &[&str]) -> std::process::Output {
+    let mut child = cfctl
+        .command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting cfctl");
+    wait_for("the second agent to end", || {
+        child.try_wait().expect("waiting for cfctl").is_some()
+    });
+    child.wait_with_output().expect("cfctl's output")
+}
+
+#[test]
+fn a_second_agent_refuses_to_start_and_leaves_the_running_ones_entries_alone() {
+    let (_network, cfctl) = attached(149, "agent-second", "1000", "skb");
+    let first = FeedServer::start(Answer::List("198.18.149.3\n".to_owned()));
+    let second = FeedServer::start(Answer::List("198.18.149.4\n".to_owned()));
+    let agent = Agent::start(&cfctl, &feed_config("a", &first.url(), ""));
+    wait_for("the running agent's feed", || {
+        listed(&cfctl, "198.18.149.3")
+    });
+    let dir = tempfile::tempdir().expect("a directory for the second configuration");
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, feed_config("b", &second.url(), "")).expect("writing it");
+    let other = other.to_str().expect("a UTF-8 path");
+    let holder = format!("another cfctl agent (pid {})", agent.child.id());
+    for args in [
+        &["agent", "--once", "--config", other][..],
+        &["agent", "--config", other],
+    ] {
+        let output = run_to_end(&cfctl, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "cfctl {args:?} ran: {stderr}");
+        assert!(stderr.contains(&holder), "cfctl {args:?}: {stderr}");
+    }
+    // Its configuration can still be checked.
+    cfctl.ok(&["agent", "--check-config", "--config", other]);
+    // The running agent's entries are untouched, and nothing of the
+    // second configuration was applied.
+    assert!(listed(&cfctl, "198.18.149.3"));
+    assert!(!listed(&cfctl, "198.18.149.4"));
+    assert!(!agent.log().contains("withdrawn"), "{}", agent.log());
+    // Once the first agent has ended, the second one runs.
+    assert!(agent.terminate().success());
+    cfctl.ok(&["agent", "--once", "--config", other]);
+    assert!(listed(&cfctl, "198.18.149.4"));
+}
+
+#[test]
+fn a_feeds_whole_family_entries_are_refused_unless_allowed_and_mapped_ones_are_ipv4() {
+    let (_network, cfctl) = attached(161, "agent-whole", "1000", "skb");
+    let server = FeedServer::start(Answer::List(
+        "0.0.0.0/0\n::/0\n::ffff:198.18.161.0/120\n198.18.162.3\n".to_owned(),
+    ));
+    let allow = FeedServer::start(Answer::List("::/0\n198.18.163.0/24\n".to_owned()));
+    let port = free_port();
+    let config = |allow_whole_family: bool| {
+        format!(
+            "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n\
+             [[feed]]\nname = \"w\"\nurl = \"{}\"\nrefresh = \"1s\"\n\
+             allow_whole_family = {allow_whole_family}\n\n\
+             [[feed]]\nname = \"a\"\nurl = \"{}\"\nrefresh = \"1s\"\nlist = \"allowlist\"\n",
+            server.url(),
+            allow.url()
+        )
+    };
+    let agent = Agent::start(&cfctl, &config(false));
+    wait_for("the feeds", || {
+        listed(&cfctl, "198.18.162.3") && feed_state(&cfctl, "a")["entries"] == 1
+    });
+    // The rest of each list is applied; the mapped entry is IPv4.
+    assert!(listed(&cfctl, "198.18.161.9"));
+    assert!(!listed(&cfctl, "198.18.7.7") && !listed(&cfctl, "2001:db8::7"));
+    let allowlisted = cfctl.ok(&["allow", "list"]);
+    assert!(
+        allowlisted.contains("198.18.163.0/24") && !allowlisted.contains("::/0"),
+        "{allowlisted}"
+    );
+    // The refusal is counted, shown and logged.
+    assert_eq!(feed_state(&cfctl, "w")["refused"], 2);
+    assert_eq!(feed_state(&cfctl, "w")["entries"], 2);
+    assert_eq!(feed_state(&cfctl, "a")["refused"], 1);
+    assert!(cfctl.ok(&["status"]).contains("(2 refused: whole family)"));
+    let samples = scrape(port);
+    assert_eq!(
+        sample(&samples, "cfctl_feed_refused_entries{feed=\"w\"}"),
+        Some(2.0)
+    );
+    assert!(agent.log().contains("are refused"), "{}", agent.log());
+    // A feed that allows them lists them.
+    agent.reload(&config(true));
+    wait_for("the whole families listed", || {
+        listed(&cfctl, "198.18.7.7") && listed(&cfctl, "2001:db8::7")
+    });
+    assert_eq!(feed_state(&cfctl, "w")["refused"], 0);
+}
+
 #[test]
 fn sighup_takes_a_good_configuration_and_refuses_a_bad_one() {
     let (_network, cfctl) = attached(145, "agent-reload", "1000", "skb");

@@ -1,5 +1,6 @@
 //! The XDP program and filter-core agree: on filter-core's cross-target
-//! test vectors, on where random keys live, and on the verdict for 100,000
+//! test vectors, on where random keys live (behind random stacks of VLAN
+//! tags), and on the verdict for 100,000
 //! random addresses against the same table memory and the plan's block
 //! prefilter; and live single-bucket updates through filter-core, with
 //! each new key's prefilter bits set first, keep every listed key listed.
@@ -12,8 +13,9 @@ use std::path::Path;
 
 use std::collections::HashSet;
 
+use blocklist_ebpf::packet::MAX_VLAN_TAGS;
 use blocklist_ebpf::prefilter::skip_bit;
-use common::{blocklist_with, net_key, udp_frame, Tags, SEED};
+use common::{blocklist_with, net_key, udp_frame, Tags, SEED, TAG_PROTOCOLS};
 use filter_core::layout::locate;
 use filter_core::{AddressFamily, CuckooFilter, Fingerprint, KeyHash, NetKey};
 use ipnet::IpNet;
@@ -174,8 +176,13 @@ fn program_locates_random_keys_like_filter_core() {
         let seed = rng.random::<u64>();
         let bucket_count = 1usize << rng.random_range(0..=24);
         set_profile(&mut blocklist, seed, bucket_count, address, prefix_len);
+        // Behind any stack of tags the parser follows, of either protocol.
+        let tags = Tags::Priority {
+            count: rng.random_range(0..=MAX_VLAN_TAGS),
+            outer: TAG_PROTOCOLS[rng.random_range(0..TAG_PROTOCOLS.len())],
+        };
         let report = blocklist
-            .locate(&udp_frame(address, Tags::None))
+            .locate(&udp_frame(address, tags))
             .expect("running the locate program")
             .expect("a report for an IP frame");
         let hash = net_key(address, prefix_len).hash(seed);

@@ -663,6 +663,45 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
     assert_eq!(entry_count(&cfctl), 102);
 }
 
+/// Malformed frames (a cut IPv4 header, one VLAN tag more than the parser
+/// follows) are dropped by default, passed after `cfctl malformed pass`,
+/// and the setting is stored: a new attach keeps it, `--malformed` sets
+/// it, `status` shows it.
+#[test]
+fn the_malformed_frame_setting_is_stored_switched_and_shown() {
+    let (network, cfctl) = attached(160, "malformed", "1000", "skb");
+    let host = &network.host_link;
+    let source = network.v4(2);
+    let cut = udp_frame(source, Tags::None)[..14 + 19].to_vec();
+    let too_many_tags = udp_frame(
+        source,
+        Tags::Priority {
+            count: userspace::MAX_VLAN_TAGS + 1,
+            outer: 0x88a8,
+        },
+    );
+    let expect = |action: XdpAction, setting: &str| {
+        let verdict = cfctl.pinned_frame_verdict();
+        for frame in [&cut, &too_many_tags] {
+            assert_eq!(verdict(frame), action, "with malformed {setting}");
+        }
+        assert_eq!(verdict(&udp_frame(source, Tags::None)), XdpAction::Pass);
+        assert_eq!(cfctl.json(&["status"])["malformed"], setting);
+    };
+    expect(XdpAction::Drop, "drop");
+    cfctl.ok(&["malformed", "pass"]);
+    expect(XdpAction::Pass, "pass");
+    assert!(cfctl.ok(&["status"]).contains("malformed frames passed"));
+    cfctl.ok(&["detach", "--all"]);
+    cfctl.ok(&["attach", host, "--mode", "skb"]);
+    expect(XdpAction::Pass, "pass");
+    cfctl.ok(&["attach", host, "--malformed", "drop"]);
+    expect(XdpAction::Drop, "drop");
+    // Monitor mode passes them, counted as malformed.
+    cfctl.ok(&["mode", "monitor"]);
+    expect(XdpAction::Pass, "drop");
+}
+
 #[test]
 fn man_pages_and_completions_are_generated() {
     let run = |args: &[&str]| {

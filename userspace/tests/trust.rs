@@ -189,15 +189,15 @@ fn endless_huge_and_oversized_input_is_refused_with_a_short_line() {
     for (args, expected) in [
         (
             vec!["import".to_owned(), "/dev/zero".to_owned()],
-            "/dev/zero:1: the line is longer than 4096 bytes",
+            "/dev/zero:1: the line is longer than 8192 bytes",
         ),
         (
             vec!["import".to_owned(), path(&huge_line)],
-            "huge.txt:1: the line is longer than 4096 bytes",
+            "huge.txt:1: the line is longer than 8192 bytes",
         ),
         (
             vec!["import".to_owned(), path(&huge_comment)],
-            "drop.txt:1: the line is longer than 4096 bytes",
+            "drop.txt:1: the line is longer than 8192 bytes",
         ),
         (
             vec!["import".to_owned(), path(&long_comment)],
@@ -264,9 +264,18 @@ fn whole_families_need_force_and_ipv4_mapped_addresses_mean_ipv4() {
         .contains("warning: 0.0.0.0/0 covers every address of its family"));
     cfctl.ok(&["del", "0.0.0.0/0"]);
 
+    // Every way in reads an IPv4-mapped address as the IPv4 one: the
+    // command line's entries and addresses, and a file's lines.
     cfctl.ok(&["add", "::ffff:198.18.0.1", "::ffff:198.18.4.0/120"]);
+    let mapped = dir.path().join("mapped.txt");
+    std::fs::write(&mapped, "::ffff:198.18.9.0/120\n").expect("writing a list");
+    cfctl.ok(&["import", mapped.to_str().expect("a UTF-8 path")]);
     let listed: Vec<String> = comments(&cfctl).into_iter().map(|(net, _)| net).collect();
-    assert_eq!(listed, ["198.18.0.1/32", "198.18.4.0/24"]);
+    assert_eq!(listed, ["198.18.0.1/32", "198.18.4.0/24", "198.18.9.0/24"]);
+    let (status, shown) = quiet_check(&cfctl, "::ffff:198.18.9.7");
+    assert_eq!(status, Some(0), "{shown}");
+    let checked = cfctl.json(&["check", "::ffff:198.18.0.1"]);
+    assert_eq!(checked["address"], "198.18.0.1", "{checked}");
 }
 
 #[test]

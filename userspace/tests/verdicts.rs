@@ -1,5 +1,5 @@
 //! The blocklist program on frames given to BPF_PROG_TEST_RUN: verdict and
-//! counters for hits and misses, VLAN tags, prefix lengths, allowlist,
+//! counters for hits and misses, VLAN tags and stacks of them, prefix lengths, allowlist,
 //! modes, policies, non-IP, every truncation, and the block prefilter
 //! (unmarked blocks miss, only the lengths marked in a block are probed,
 //! short keys mark every block they span, hashed IPv6 blocks, live bit
@@ -9,10 +9,11 @@ mod common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use blocklist_ebpf::packet::MAX_VLAN_TAGS;
 use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use common::{
     blocklist_with, expect_verdict, family_of, net, require_root, udp_frame, Tags, DESTINATION_MAC,
-    SOURCE_MAC, TARGET_V4,
+    SOURCE_MAC, TAG_PROTOCOLS, TARGET_V4,
 };
 use etherparse::{EtherType, Ethernet2Header};
 use filter_core::{AddressFamily, CuckooFilter, NetKey};
@@ -260,10 +261,40 @@ fn non_ip_frames_pass() {
         Outcome::NonIp,
         Family::Other,
     );
-    // Three VLAN tags are not parsed: the third tag is "another ethertype".
-    let mut three_tags = udp_frame(v4("198.18.0.10"), Tags::Two);
-    three_tags.splice(16..16, [0x81, 0x00, 0x00, 0x09]);
-    expect_verdict(&blocklist, &three_tags, Pass, Outcome::NonIp, Family::Other);
+}
+
+/// Stacks of priority tags (VLAN id 0), which the kernel strips one after
+/// another and delivers to IP: every stack the parser follows, of either
+/// outer tag protocol, hides no address, and one tag more is malformed
+/// (dropped or passed by the malformed setting), never passed as not IP.
+#[test]
+fn stacked_priority_tags_are_followed_and_one_too_many_is_malformed() {
+    let blocklist = blocklist_with(&[net(v4("198.18.0.10"), 32), net(v6("2001:db8::10"), 128)]);
+    for outer in TAG_PROTOCOLS {
+        for count in 0..=MAX_VLAN_TAGS {
+            let tags = Tags::Priority { count, outer };
+            check(&blocklist, v4("198.18.0.10"), tags, true);
+            check(&blocklist, v4("198.18.0.11"), tags, false);
+            check(&blocklist, v6("2001:db8::10"), tags, true);
+            check(&blocklist, v6("2001:db8::11"), tags, false);
+        }
+        let too_many = Tags::Priority {
+            count: MAX_VLAN_TAGS + 1,
+            outer,
+        };
+        for (action, verdict) in [(MalformedAction::Drop, Drop), (MalformedAction::Pass, Pass)] {
+            blocklist.maps().set_malformed_action(action);
+            for source in [v4("198.18.0.11"), v6("2001:db8::10")] {
+                expect_verdict(
+                    &blocklist,
+                    &udp_frame(source, too_many),
+                    verdict,
+                    Outcome::Malformed,
+                    Family::Other,
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,17 +1,23 @@
 //! Real traffic: the blocklist attached (native and SKB mode, and pinned)
 //! to the host end of a veth pair whose other end is in a network namespace
 //! the test creates. UDP datagrams and pings from a listed and an unlisted
-//! source; only the unlisted ones arrive, and the counters say so. Only
+//! source, and raw frames behind stacks of VLAN tags; only the unlisted
+//! ones arrive, and the counters say so. Only
 //! 198.18.0.0/15 and 2001:db8::/32 addresses are used; namespaces, links
 //! and pins are removed by guards even when a test fails. Needs root,
 //! iproute2 and ping.
 
 mod common;
 
+use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 
-use common::netns::{check_traffic, ensure_bpffs, PinDir, TestNetwork, DATAGRAMS, PINGS};
-use common::{net, require_root};
+use blocklist_ebpf::packet::MAX_VLAN_TAGS;
+use common::netns::{
+    check_traffic, ensure_bpffs, receive_until_marker, wait_until_the_path_carries, PinDir,
+    TestNetwork, DATAGRAMS, PINGS, PORT,
+};
+use common::{net, require_root, TAG_PROTOCOLS};
 use userspace::plan::{KeyPlan, PlanLimits};
 use userspace::xdp::program::{attach_pinned_program, detach_pinned};
 use userspace::xdp::{AttachMode, Blocklist, BlocklistMaps, LoadOptions};
@@ -66,6 +72,68 @@ fn native_mode_drops_listed_sources() {
 #[test]
 fn skb_mode_drops_listed_sources() {
     attached_traffic_is_filtered(102, AttachMode::Skb);
+}
+
+/// Datagrams behind stacks of priority tags (VLAN id 0), of either outer
+/// tag protocol, sent as raw frames from the namespace: the kernel strips
+/// the tags and delivers them to the host's socket (the unlisted ones
+/// arrive, untouched by the program), and the program drops every one
+/// from the listed source, in native and SKB mode, IPv4 and IPv6.
+fn stacked_priority_tags_hide_no_listed_source(subnet: u8, mode: AttachMode) {
+    require_root();
+    let network = TestNetwork::new(subnet);
+    let mut blocklist = listing_blocklist(&network);
+    let _link = blocklist
+        .attach(network.host_index(), mode)
+        .expect("attaching");
+    for (host, listed, unlisted) in [
+        (network.v4(1), network.v4(3), network.v4(2)),
+        (network.v6(1), network.v6(3), network.v6(2)),
+    ] {
+        let receiver = UdpSocket::bind(SocketAddr::new(host, PORT)).expect("binding the receiver");
+        let destination = receiver.local_addr().expect("the receiver's address");
+        wait_until_the_path_carries(&network, &receiver, unlisted);
+        let mut frames = Vec::new();
+        let mut sent = 0;
+        for outer in TAG_PROTOCOLS {
+            for tags in [3, 4, MAX_VLAN_TAGS] {
+                for _ in 0..DATAGRAMS {
+                    frames.push(network.tagged_datagram(
+                        listed,
+                        destination,
+                        b"listed",
+                        tags,
+                        outer,
+                    ));
+                    frames.push(network.tagged_datagram(
+                        unlisted,
+                        destination,
+                        b"unlisted",
+                        tags,
+                        outer,
+                    ));
+                    sent += 1;
+                }
+            }
+        }
+        frames.push(network.tagged_datagram(unlisted, destination, b"marker", 0, 0));
+        network.send_frames(&frames);
+        assert_eq!(
+            receive_until_marker(&receiver),
+            (0, sent),
+            "tagged UDP to {host}: (listed, unlisted) received"
+        );
+    }
+}
+
+#[test]
+fn stacked_priority_tags_hide_no_listed_source_in_native_mode() {
+    stacked_priority_tags_hide_no_listed_source(104, AttachMode::Native);
+}
+
+#[test]
+fn stacked_priority_tags_hide_no_listed_source_in_skb_mode() {
+    stacked_priority_tags_hide_no_listed_source(105, AttachMode::Skb);
 }
 
 #[test]

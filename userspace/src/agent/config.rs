@@ -15,6 +15,7 @@
 //! timeout = "60s"                # per request
 //! max_bytes = 67108864           # a larger body fails the refresh
 //! max_entries = 4000000          # so does a list with more entries
+//! allow_whole_family = false     # true takes 0.0.0.0/0 and ::/0 (refused by default)
 //! # path = "/srv/lists/local.txt"  # instead of url: a local file
 //!
 //! [crowdsec]                     # follow a CrowdSec Local API (at most one)
@@ -32,6 +33,7 @@
 //! ca_file = "/etc/cfctl/lapi-ca.pem"  # extra trusted roots for https://
 //! timeout = "30s"                # per request
 //! max_bytes = 67108864           # a larger answer is refused
+//! allow_whole_family = false     # true takes a Range 0.0.0.0/0 or ::/0
 //! ```
 
 use std::collections::HashSet;
@@ -124,6 +126,9 @@ pub struct CrowdsecConfig {
     pub timeout: Duration,
     /// The largest answer taken.
     pub max_bytes: u64,
+    /// Whether a decision for a whole family (`0.0.0.0/0`, `::/0`) is
+    /// taken; ignored otherwise.
+    pub allow_whole_family: bool,
 }
 
 /// A TLS client certificate and its private key, both PEM files read at
@@ -164,12 +169,31 @@ pub struct FeedConfig {
     pub max_bytes: u64,
     /// The most entries taken.
     pub max_entries: usize,
+    /// Whether entries for a whole family (`0.0.0.0/0`, `::/0`) are
+    /// taken; refused otherwise (the rest of the list is taken).
+    pub allow_whole_family: bool,
 }
 
 impl FeedConfig {
     /// The source its entries belong to.
     pub fn source(&self) -> String {
         format!("feed:{}", self.name)
+    }
+
+    /// The settings that decide what a body applies as, as one text: a
+    /// list applied under other ones is fetched again whole.
+    pub fn applied_settings(&self) -> String {
+        format!(
+            "{:?}",
+            (
+                &self.location,
+                self.format,
+                self.list,
+                self.max_bytes,
+                self.max_entries,
+                self.allow_whole_family
+            )
+        )
     }
 }
 
@@ -207,6 +231,8 @@ struct CrowdsecSection {
     key_file: Option<Spanned<PathBuf>>,
     timeout: Option<Spanned<String>>,
     max_bytes: Option<Spanned<u64>>,
+    #[serde(default)]
+    allow_whole_family: bool,
 }
 
 #[derive(Deserialize)]
@@ -232,6 +258,8 @@ struct FeedSection {
     max_bytes: Option<Spanned<u64>>,
     #[serde(default)]
     max_entries: Option<Spanned<usize>>,
+    #[serde(default)]
+    allow_whole_family: bool,
 }
 
 impl Config {
@@ -389,6 +417,7 @@ fn check_feed(
         timeout,
         max_bytes,
         max_entries,
+        allow_whole_family: feed.allow_whole_family,
     })
 }
 
@@ -537,6 +566,7 @@ fn check_crowdsec(
         ca_file: section.ca_file,
         timeout,
         max_bytes,
+        allow_whole_family: section.allow_whole_family,
     })
 }
 

@@ -20,7 +20,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Read;
-use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,8 +27,9 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use super::config::{ClientCertFiles, CrowdsecConfig};
+use crate::blocklist;
 use crate::store::{unix_seconds, CrowdsecDecision, CrowdsecState, NewEntry};
-use crate::text::excerpt;
+use crate::text::{self, excerpt, MAX_COMMENT_BYTES};
 
 /// The source the LAPI's decisions belong to.
 pub const SOURCE: &str = "crowdsec";
@@ -289,8 +289,9 @@ fn ignored_because(config: &CrowdsecConfig, decision: &Decision) -> Option<Strin
     None
 }
 
-/// The network a decision names, or why it names none.
-fn network(decision: &Decision) -> Result<IpNet, String> {
+/// The network a decision names, or why it is not taken: it names none,
+/// or a whole family (`0.0.0.0/0`, `::/0`) that `config` does not allow.
+fn network(config: &CrowdsecConfig, decision: &Decision) -> Result<IpNet, String> {
     let bad = || {
         format!(
             "{} value '{}' is not an {}",
@@ -303,19 +304,19 @@ fn network(decision: &Decision) -> Result<IpNet, String> {
             }
         )
     };
-    if decision.scope.eq_ignore_ascii_case("Ip") {
-        decision
-            .value
-            .parse::<IpAddr>()
+    let net = if decision.scope.eq_ignore_ascii_case("Ip") {
+        blocklist::parse_address(&decision.value)
             .map(IpNet::from)
-            .map_err(|_| bad())
+            .ok_or_else(bad)?
     } else {
-        decision
-            .value
-            .parse::<IpNet>()
-            .map(|net| net.trunc())
-            .map_err(|_| bad())
+        blocklist::parse_range(&decision.value).ok_or_else(bad)?
+    };
+    if net.prefix_len() == 0 && !config.allow_whole_family {
+        return Err(format!(
+            "{net} covers every address of its family (allow_whole_family = true takes it)"
+        ));
     }
+    Ok(net)
 }
 
 fn unix_millis(time: SystemTime) -> u64 {
@@ -377,7 +378,7 @@ pub fn take_answer(
     // taken before it ended (so a repeat spares a newer one).
     let now_ms = unix_millis(now);
     for decision in &answer.deleted {
-        let Ok(net) = network(decision) else {
+        let Ok(net) = network(config, decision) else {
             continue;
         };
         let ended_ms = decision
@@ -398,7 +399,7 @@ pub fn take_answer(
         counts.received += 1;
         let taken = match ignored_because(config, decision) {
             Some(reason) => Err(reason),
-            None => network(decision).and_then(|net| {
+            None => network(config, decision).and_then(|net| {
                 let left = parse_go_duration(&decision.duration).ok_or_else(|| {
                     format!(
                         "duration '{}' is not a Go duration",
@@ -459,7 +460,7 @@ pub fn take_answer(
             (
                 *net,
                 UNIX_EPOCH + Duration::from_secs(decision.expires),
-                format!("{}/{} #{id}", decision.origin, decision.scenario),
+                comment(id, decision),
             )
         })
     };
@@ -476,6 +477,15 @@ pub fn take_answer(
         }
     }
     changes
+}
+
+/// A network's comment, `origin/scenario #id` of the decision that speaks
+/// for it: the origin and scenario cut so that the whole fits a comment
+/// (the LAPI bounds neither), the id always kept.
+fn comment(id: u64, decision: &CrowdsecDecision) -> String {
+    let id = format!(" #{id}");
+    let reason = format!("{}/{}", decision.origin, decision.scenario);
+    text::cut(reason, MAX_COMMENT_BYTES - id.len()) + &id
 }
 
 #[cfg(test)]
@@ -498,6 +508,7 @@ mod tests {
             ca_file: None,
             timeout: Duration::from_secs(1),
             max_bytes: 1 << 20,
+            allow_whole_family: false,
         }
     }
 
@@ -667,6 +678,98 @@ mod tests {
         );
         assert_eq!(state.counts["cscli"].expired, 1);
         assert!(state.decisions.is_empty());
+    }
+
+    #[test]
+    fn whole_family_ranges_are_ignored_unless_allowed() {
+        let answer = Answer {
+            new: vec![
+                decision(1, "Range", "0.0.0.0/0", "1h"),
+                decision(2, "Range", "::/0", "1h"),
+                decision(3, "Range", "::ffff:0:0/96", "1h"),
+                decision(4, "Ip", "198.18.0.1", "1h"),
+            ],
+            deleted: vec![],
+        };
+        let mut state = CrowdsecState::default();
+        let changes = take_answer(&config(), &mut state, &answer, true, SystemTime::now());
+        assert_eq!(changes.listed.len(), 1, "{:?}", changes.listed);
+        assert_eq!(state.counts["cscli"].ignored, 3);
+        assert!(
+            changes
+                .ignored
+                .iter()
+                .all(|reason| reason.contains("covers every address of its family")),
+            "{:?}",
+            changes.ignored
+        );
+        let allowing = CrowdsecConfig {
+            allow_whole_family: true,
+            ..config()
+        };
+        let mut state = CrowdsecState::default();
+        let changes = take_answer(&allowing, &mut state, &answer, true, SystemTime::now());
+        assert_eq!(changes.listed.len(), 3, "{:?}", changes.listed);
+    }
+
+    #[test]
+    fn ipv4_mapped_decisions_are_ipv4() {
+        let config = config();
+        let mut state = CrowdsecState::default();
+        let answer = Answer {
+            new: vec![
+                decision(1, "Range", "::ffff:198.18.70.0/120", "1h"),
+                decision(2, "Ip", "::ffff:198.18.0.5", "1h"),
+            ],
+            deleted: vec![],
+        };
+        let changes = take_answer(&config, &mut state, &answer, true, SystemTime::now());
+        let listed: Vec<String> = changes
+            .listed
+            .iter()
+            .map(|(net, ..)| net.to_string())
+            .collect();
+        assert_eq!(listed, ["198.18.0.5/32", "198.18.70.0/24"]);
+        // Its deletion, sent mapped too, ends it.
+        let deleted = Answer {
+            new: vec![],
+            deleted: vec![decision(1, "Range", "::ffff:198.18.70.0/120", "-1s")],
+        };
+        let later = SystemTime::now() + Duration::from_secs(2);
+        let changes = take_answer(&config, &mut state, &deleted, false, later);
+        assert_eq!(
+            changes.unlisted,
+            ["198.18.70.0/24".parse::<IpNet>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn a_long_scenario_makes_a_comment_that_fits_and_exports() {
+        let config = config();
+        let mut state = CrowdsecState::default();
+        let answer = Answer {
+            new: vec![Decision {
+                scenario: "\u{1f}s".repeat(750),
+                ..decision(u64::MAX, "Ip", "198.18.0.1", "1h")
+            }],
+            deleted: vec![],
+        };
+        let changes = take_answer(&config, &mut state, &answer, true, SystemTime::now());
+        let (net, _, comment) = &changes.listed[0];
+        assert!(
+            comment.len() <= MAX_COMMENT_BYTES,
+            "{} bytes",
+            comment.len()
+        );
+        assert!(comment.starts_with("cscli/\u{1f}s"), "{comment:?}");
+        assert!(
+            comment.ends_with(&format!("... #{}", u64::MAX)),
+            "{comment:?}"
+        );
+        let line = blocklist::export_line(net, Some(comment));
+        let list = blocklist::parse_bytes(line.as_bytes(), "export", Default::default())
+            .expect("the export line reads back");
+        assert_eq!(list.entries[0].comment.as_deref(), Some(comment.as_str()));
     }
 
     #[test]

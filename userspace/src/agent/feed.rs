@@ -61,7 +61,8 @@ pub fn user_agent() -> String {
     format!("cfctl-agent/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Fetches `feed`, conditionally on `state`'s validators.
+/// Fetches `feed`, conditionally on `state`'s validators if its last good
+/// list was applied under the feed's settings of now.
 pub fn fetch(feed: &FeedConfig, state: &FeedState) -> Result<Fetched, FetchError> {
     match &feed.location {
         FeedLocation::Url(url) => fetch_url(feed, url, state),
@@ -89,11 +90,13 @@ fn fetch_url(feed: &FeedConfig, url: &str, state: &FeedState) -> Result<Fetched,
         .build()
         .into();
     let mut request = agent.get(url);
-    if let Some(etag) = &state.etag {
-        request = request.header("If-None-Match", etag);
-    }
-    if let Some(last_modified) = &state.last_modified {
-        request = request.header("If-Modified-Since", last_modified);
+    if state.applied_with.as_deref() == Some(feed.applied_settings().as_str()) {
+        if let Some(etag) = &state.etag {
+            request = request.header("If-None-Match", etag);
+        }
+        if let Some(last_modified) = &state.last_modified {
+            request = request.header("If-Modified-Since", last_modified);
+        }
     }
     let response = request
         .call()

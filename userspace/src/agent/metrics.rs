@@ -75,6 +75,7 @@ pub struct Metrics {
     next_expiry: Gauge<f64, AtomicU64>,
     refreshes: Family<RefreshLabels, Counter>,
     feed_entries: Family<FeedLabels, Gauge>,
+    feed_refused: Family<FeedLabels, Gauge>,
     feed_up: Family<FeedLabels, Gauge>,
     feed_last_success: Family<FeedLabels, Gauge<f64, AtomicU64>>,
     feed_last_attempt: Family<FeedLabels, Gauge<f64, AtomicU64>>,
@@ -101,6 +102,7 @@ impl Metrics {
             next_expiry: Gauge::default(),
             refreshes: Family::default(),
             feed_entries: Family::default(),
+            feed_refused: Family::default(),
             feed_up: Family::default(),
             feed_last_success: Family::default(),
             feed_last_attempt: Family::default(),
@@ -152,6 +154,11 @@ impl Metrics {
             "feed_entries",
             "Entries of each feed's last good list",
             metrics.feed_entries.clone(),
+        );
+        registry.register(
+            "feed_refused_entries",
+            "Entries of each feed's last good list refused: they cover a whole family",
+            metrics.feed_refused.clone(),
         );
         registry.register(
             "feed_up",
@@ -220,6 +227,9 @@ impl Metrics {
         self.feed_entries
             .get_or_create(&feed)
             .set(state.entries as i64);
+        self.feed_refused
+            .get_or_create(&feed)
+            .set(state.refused as i64);
         self.feed_up
             .get_or_create(&feed)
             .set(i64::from(state.last_error.is_none()));

@@ -22,7 +22,8 @@
 //!   [`MAX_BACKOFF`];
 //! * **metrics** ([`metrics`]): a Prometheus text endpoint.
 //!
-//! Between changes the agent holds no lock: each pass opens the store,
+//! One agent keeps a store at a time ([`lock`]). Between changes it holds
+//! no lock on the store itself: each pass opens the store,
 //! applies what is due and closes it, so `cfctl` commands run beside it and
 //! wait at most for one update. An idle agent leaves the store alone (no
 //! pass, so no device flush) until something is due or another process
@@ -33,6 +34,7 @@
 pub mod config;
 pub mod crowdsec;
 pub mod feed;
+pub mod lock;
 pub mod metrics;
 pub mod watch;
 
@@ -50,6 +52,7 @@ use crate::store::{
 };
 use config::{Config, ConfigError, CrowdsecConfig, FeedConfig};
 use feed::Fetched;
+use lock::{AgentLock, LockError};
 use metrics::Metrics;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use watch::StoreWatch;
@@ -99,6 +102,9 @@ pub enum AgentError {
     /// The signal handlers could not be installed.
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
+    /// Another agent keeps the store, or its lock cannot be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
 }
 
 impl From<ControlError> for AgentError {
@@ -202,8 +208,10 @@ fn store_touched(watch: &mut Option<StoreWatch>) -> bool {
     }
 }
 
-/// Runs the agent until SIGTERM or SIGINT (or one pass, with `once`).
+/// Runs the agent until SIGTERM or SIGINT (or one pass, with `once`),
+/// holding the store's [`AgentLock`] all along.
 pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
+    let _lock = AgentLock::acquire(&options.state_dir)?;
     let mut config = Config::load(&options.config)?;
     let signals = Signals::install()?;
     let metrics = Arc::new(Metrics::new(&options.pin_dir));
@@ -589,11 +597,13 @@ impl Agent {
                 last_modified,
             }) => self
                 .replace(control, feed, &bytes, fetch.took)
-                .map(|entries| {
+                .map(|(entries, refused)| {
                     state.updated += 1;
                     state.entries = entries;
+                    state.refused = refused;
                     state.etag = etag;
                     state.last_modified = last_modified;
+                    state.applied_with = Some(feed.applied_settings());
                     "updated"
                 }),
             Err(error) => Err(error.to_string()),
@@ -621,17 +631,29 @@ impl Agent {
     }
 
     /// Parses `bytes` as `feed`'s list and makes it all that the feed's
-    /// source lists; the number of entries, or why not.
+    /// source lists, but for entries of a whole family the feed does not
+    /// allow; the number of entries taken and refused, or why not.
     fn replace(
         &self,
         control: &mut Control,
         feed: &FeedConfig,
         bytes: &[u8],
         fetch_took: Duration,
-    ) -> Result<usize, String> {
+    ) -> Result<(usize, usize), String> {
         let started = Instant::now();
         let list = feed::parse(feed, bytes).map_err(|error| error.to_string())?;
-        let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list, None).collect();
+        let (entries, refused): (Vec<NewEntry<'_>>, Vec<NewEntry<'_>>) =
+            NewEntry::from_list(&list, None)
+                .partition(|entry| feed.allow_whole_family || entry.net.prefix_len() != 0);
+        if let Some(first) = refused.first() {
+            tracing::warn!(
+                feed = %feed.name,
+                refused = refused.len(),
+                first = %first.net,
+                "feed entries that cover every address of their family are refused \
+                 (allow_whole_family = true takes them); the rest of the list is applied"
+            );
+        }
         let source = feed.source();
         let change = Change::Replace {
             source: &source,
@@ -651,7 +673,7 @@ impl Agent {
             apply_seconds = took.as_secs_f64(),
             "feed refreshed"
         );
-        Ok(entries.len())
+        Ok((entries.len(), refused.len()))
     }
 
     /// Records the agent's process, start and configuration in the store.

@@ -64,8 +64,15 @@ use stream::{LineReader, ListParser};
 
 /// Lines [`ListFormat::detect`] looks at.
 pub const DETECTION_LINES: usize = 64;
-/// The longest line a list may have, in bytes (its line break excluded).
-pub const MAX_LINE_BYTES: usize = 4096;
+/// The longest line a list may have, in bytes (its line break excluded):
+/// room for every line `cfctl export` writes (the longest network, ` # `,
+/// the longest escaped comment), so that an export always imports.
+pub const MAX_LINE_BYTES: usize = 8192;
+const _: () = assert!(
+    MAX_LINE_BYTES
+        >= "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128 # ".len()
+            + crate::text::MAX_ESCAPED_COMMENT_BYTES
+);
 /// The most entries a list may have unless [`ParseOptions::max_entries`]
 /// says otherwise (about 2 GB of parsed entries).
 pub const MAX_ENTRIES: usize = 1 << 25;
@@ -351,25 +358,52 @@ pub fn parse_net(text: &str) -> Result<IpNet, LineProblem> {
             network: net.trunc(),
         });
     }
-    unmap_ipv4(net)
+    Ok(unmap_ipv4(net))
 }
 
-/// The IPv4 network an IPv4-mapped IPv6 network (`::ffff:a.b.c.d/n`)
-/// stands for; other networks as they are.
-fn unmap_ipv4(net: IpNet) -> Result<IpNet, LineProblem> {
+/// Parses a network whose host bits may be set, as a CrowdSec `Range`
+/// decision names one (`198.18.0.7/24` is `198.18.0.0/24`), unmapping an
+/// IPv4-mapped one like [`parse_net`].
+pub fn parse_range(text: &str) -> Option<IpNet> {
+    text.trim()
+        .parse::<IpNet>()
+        .ok()
+        .map(|net| unmap_ipv4(net.trunc()))
+}
+
+/// Parses an address given alone (`cfctl check`, a CrowdSec `Ip`
+/// decision): an IPv4-mapped IPv6 address is the IPv4 address it maps.
+pub fn parse_address(text: &str) -> Option<IpAddr> {
+    text.trim()
+        .parse::<IpAddr>()
+        .ok()
+        .map(|address| address.to_canonical())
+}
+
+/// The IPv4 network an IPv4-mapped IPv6 network (`::ffff:a.b.c.d/n`, host
+/// bits zero) stands for; other networks as they are.
+fn unmap_ipv4(net: IpNet) -> IpNet {
     let IpNet::V6(v6) = net else {
-        return Ok(net);
+        return net;
     };
     let Some(address) = v6.network().to_ipv4_mapped() else {
-        return Ok(net);
+        return net;
     };
     // With its host bits zero, a network whose address is mapped is at
-    // least /96 long.
-    match v6.prefix_len().checked_sub(96) {
-        Some(len) => Ok(IpNet::V4(
-            Ipv4Net::new(address, len).map_err(|_| LineProblem::PrefixTooLong)?,
-        )),
-        None => Ok(net),
+    // least /96 long, and at most 32 bits longer.
+    v6.prefix_len()
+        .checked_sub(96)
+        .and_then(|len| Ipv4Net::new(address, len).ok())
+        .map_or(net, IpNet::V4)
+}
+
+/// The line of a plain list that `cfctl export` writes for `net` and its
+/// `comment`: the comment escaped ([`crate::text::escape_comment`]), so
+/// that this module reads back exactly `net` and `comment`.
+pub fn export_line(net: &IpNet, comment: Option<&str>) -> String {
+    match comment {
+        Some(comment) => format!("{net} # {}", crate::text::escape_comment(comment)),
+        None => net.to_string(),
     }
 }
 
@@ -590,6 +624,7 @@ fn detect_format(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::MAX_COMMENT_BYTES;
 
     fn parse(text: &str, format: Option<ListFormat>) -> Result<ParsedList, ListError> {
         parse_bytes(
@@ -772,8 +807,44 @@ mod tests {
         ]
     }
 
+    /// A comment of at most [`MAX_COMMENT_BYTES`]: any characters, or
+    /// the longest runs of those whose escape is longest.
+    fn any_comment() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let longest = |c: char| c.to_string().repeat(MAX_COMMENT_BYTES / c.len_utf8());
+        prop_oneof![
+            4 => proptest::collection::vec(any::<char>(), 0..MAX_COMMENT_BYTES / 4)
+                .prop_map(String::from_iter),
+            4 => proptest::collection::vec(prop_oneof![0u32..0x40, 0x7fu32..0xa0, 0x2000u32..0x2070], 0..MAX_COMMENT_BYTES)
+                .prop_map(|codes| codes.into_iter().filter_map(char::from_u32).collect::<String>())
+                .prop_map(|comment| crate::text::cut(comment, MAX_COMMENT_BYTES)),
+            1 => proptest::sample::select(vec!['\u{1f}', '\u{0}', ' ', '\\', '\u{9b}', '\u{2028}', '\u{3000}', '\u{10ffff}'])
+                .prop_map(longest),
+        ]
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(300))]
+
+        /// Whatever a source can store as a comment (every source keeps at
+        /// most [`MAX_COMMENT_BYTES`]), the line `cfctl export` writes for
+        /// it reads back as the same network and comment.
+        #[test]
+        fn every_exported_line_reads_back_exactly(
+            comment in any_comment(),
+            longest_net in proptest::prelude::any::<bool>(),
+        ) {
+            let net: IpNet = match longest_net {
+                true => "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120",
+                false => "198.18.0.0/15",
+            }.parse().expect("a network");
+            let comment = (!comment.is_empty()).then_some(comment.as_str());
+            let line = export_line(&net, comment);
+            let list = parse(&line, Some(ListFormat::Plain)).expect("an exported line parses");
+            proptest::prop_assert_eq!(list.entries.len(), 1);
+            proptest::prop_assert_eq!(list.entries[0].net, net);
+            proptest::prop_assert_eq!(list.entries[0].comment.as_deref(), comment);
+        }
 
         /// A list parsed in two halves at any line end gives what one
         /// parse of the whole gives: entries, line numbers, invalid lines,

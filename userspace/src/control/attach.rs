@@ -23,7 +23,7 @@ use crate::plan::KeyPlan;
 use crate::store::{FilterSettings, ListKind};
 use crate::xdp::pins::interface_index;
 use crate::xdp::{AttachMode, Blocklist, LiveFilter, LoadOptions, PinDir, XdpError};
-use crate::Mode;
+use crate::{MalformedAction, Mode};
 
 impl Control {
     /// Builds the filter from the store and attaches the program to every
@@ -144,7 +144,7 @@ impl Control {
         live.install(plan, settings.seed)
             .map_err(|error| WayOut::Resize.explain(error))?;
         live.set_allowlist(&self.stored_allowlist()?)?;
-        live.set_mode_and_policy(settings.mode, settings.policy);
+        live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
         live.set_store_id(settings.store_id);
         live.end_update();
         Ok(())
@@ -175,7 +175,7 @@ impl Control {
     }
 
     /// Loads a program for `settings` and fills it with `plan`, the stored
-    /// allowlist, mode and policy, and the store's id.
+    /// allowlist, the verdict settings, and the store's id.
     fn load_filled(
         &self,
         settings: &FilterSettings,
@@ -208,7 +208,7 @@ impl Control {
         live.install(plan, settings.seed)
             .map_err(|error| WayOut::LargerCapacity.explain(error))?;
         live.set_allowlist(&self.stored_allowlist()?)?;
-        live.set_mode_and_policy(settings.mode, settings.policy);
+        live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
         live.set_store_id(settings.store_id);
         Ok(blocklist)
     }
@@ -228,6 +228,7 @@ impl Control {
         settings.fingerprint_bits = old.shape().fingerprint_bits();
         settings.seed = old.seed();
         settings.mode = old.mode();
+        settings.malformed = old.malformed_action();
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
         let counters = old.maps().counters_map()?;
         let mut blocklist = self.install_program(&settings, &plan, Some(counters))?;
@@ -241,6 +242,17 @@ impl Control {
         settings.mode = mode;
         if let Some(live) = self.live_for_update()? {
             live.set_mode(mode);
+        }
+        self.save_settings(&settings)
+    }
+
+    /// Chooses whether malformed frames are dropped or passed (live and
+    /// stored).
+    pub fn set_malformed_action(&mut self, action: MalformedAction) -> Result<()> {
+        let mut settings = self.settings()?;
+        settings.malformed = action;
+        if let Some(live) = self.live_for_update()? {
+            live.set_malformed_action(action);
         }
         self.save_settings(&settings)
     }
@@ -295,6 +307,9 @@ fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Resul
     }
     if let Some(policy) = options.policy {
         settings.policy = policy;
+    }
+    if let Some(malformed) = options.malformed {
+        settings.malformed = malformed;
     }
     check_capacity(settings.capacity, shape_of(settings)?)
 }

@@ -178,6 +178,7 @@ impl Control {
             interfaces: self.pins.attachments(),
             mode: settings.mode,
             policy: settings.policy,
+            malformed: settings.malformed,
             match_address: settings.match_address,
             capacity: settings.capacity,
             fingerprint_bits: settings.fingerprint_bits,
@@ -207,6 +208,7 @@ impl Control {
             status.other_store = !same_store;
             status.mode = live.mode();
             status.policy = live.policy();
+            status.malformed = live.malformed_action();
             status.fingerprint_bits = live.shape().fingerprint_bits();
             let lengths = live.lengths();
             let summary = live.summary()?;

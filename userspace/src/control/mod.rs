@@ -48,7 +48,7 @@ pub use update::{check_source_name, whole_families, Change, NoProgress, Progress
 
 use crate::store::{FilterSettings, ListKind, Store, StoreError};
 use crate::xdp::{LiveFilter, PinDir};
-use crate::{MatchAddress, Policy};
+use crate::{MalformedAction, MatchAddress, Policy};
 
 pub use crate::xdp::pins::DEFAULT_PIN_DIR;
 /// Where cfctl keeps its store unless told otherwise.
@@ -97,6 +97,8 @@ pub struct AttachOptions {
     pub match_address: Option<MatchAddress>,
     /// Deny listed addresses, or allow only allowlisted ones.
     pub policy: Option<Policy>,
+    /// Drop or pass malformed frames.
+    pub malformed: Option<MalformedAction>,
 }
 
 /// Whether a command may create the store.

@@ -11,7 +11,7 @@ use serde::Serialize;
 pub use crate::filter::TableSummary;
 use crate::store::{unix_seconds, AgentState, Entry, FeedState};
 pub use crate::xdp::pins::Attachment;
-use crate::{Family, MatchAddress, Mode, Outcome, Policy};
+use crate::{Family, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 
 /// What an attach did.
 #[derive(Clone, Debug, Serialize)]
@@ -188,6 +188,9 @@ pub struct Status {
     /// Live policy (stored when not loaded).
     #[serde(with = "crate::setting_names")]
     pub policy: Policy,
+    /// Live action on malformed frames (stored when not loaded).
+    #[serde(with = "crate::setting_names")]
+    pub malformed: MalformedAction,
     /// Matched address.
     #[serde(with = "crate::setting_names")]
     pub match_address: MatchAddress,

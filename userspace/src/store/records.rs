@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::blocklist::ParsedList;
 use crate::plan::PlanLimits;
-use crate::{MatchAddress, Mode, Policy};
+use crate::{MalformedAction, MatchAddress, Mode, Policy};
 
 /// Filter parameters kept with the entries, so that `attach` after a reboot
 /// builds the same filter. Missing fields read as their defaults.
@@ -31,6 +31,9 @@ pub struct FilterSettings {
     /// Drop listed packets, or everything not allowlisted.
     #[serde(with = "crate::setting_names")]
     pub policy: Policy,
+    /// What happens to a malformed frame (in enforce mode).
+    #[serde(with = "crate::setting_names")]
+    pub malformed: MalformedAction,
     /// Probe budgets and key limit of the prefix plan.
     pub plan_limits: PlanLimits,
     /// This store's id, written into the live filter built from it so that
@@ -50,7 +53,10 @@ impl FilterSettings {
 
 impl Default for FilterSettings {
     /// 1 Mi keys, 16-bit fingerprints, seed 0 (choose one when building),
-    /// source matching, enforce, deny, default plan limits, no id yet.
+    /// source matching, enforce, deny, malformed frames dropped (the
+    /// kernel's IP layer drops every frame the program calls malformed but
+    /// one with more VLAN tags than it follows), default plan limits, no
+    /// id yet.
     fn default() -> Self {
         Self {
             capacity: 1 << 20,
@@ -59,6 +65,7 @@ impl Default for FilterSettings {
             match_address: MatchAddress::Source,
             mode: Mode::Enforce,
             policy: Policy::Deny,
+            malformed: MalformedAction::Drop,
             plan_limits: PlanLimits::default(),
             store_id: 0,
         }
@@ -74,14 +81,21 @@ pub struct FeedState {
     /// The last good answer's `Last-Modified`, sent back as
     /// `If-Modified-Since`.
     pub last_modified: Option<String>,
+    /// The feed's settings the last good list was applied with: under
+    /// other settings, the validators are not sent (an unchanged list may
+    /// now apply otherwise).
+    pub applied_with: Option<String>,
     /// When a refresh was last tried, Unix seconds.
     pub last_attempt: Option<u64>,
     /// When a refresh last succeeded (an updated or an unchanged list).
     pub last_success: Option<u64>,
     /// Why the last refresh failed, if it did.
     pub last_error: Option<String>,
-    /// Entries of the last good list.
+    /// Entries of the last good list that were taken.
     pub entries: usize,
+    /// Entries of the last good list that were refused: each covers a
+    /// whole family (`0.0.0.0/0`, `::/0`) and the feed does not allow it.
+    pub refused: usize,
     /// Refreshes that changed the list.
     pub updated: u64,
     /// Refreshes the server answered with 304 Not Modified.

@@ -25,7 +25,7 @@
 //! `control::repair`).
 
 use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit};
-use blocklist_ebpf::{FilterShape, Mode, Policy};
+use blocklist_ebpf::{FilterShape, MalformedAction, Mode, Policy};
 use filter_core::layout::locate;
 use filter_core::{CuckooFilter, NetKey};
 
@@ -146,15 +146,27 @@ impl LiveFilter {
         self.maps.policy()
     }
 
+    /// The live action on malformed frames.
+    pub fn malformed_action(&self) -> MalformedAction {
+        self.maps.malformed_action()
+    }
+
     /// Sets the mode.
     pub fn set_mode(&self, mode: Mode) {
         self.maps.set_mode(mode);
     }
 
-    /// Sets the mode and the policy.
-    pub fn set_mode_and_policy(&self, mode: Mode, policy: Policy) {
+    /// Sets the action on malformed frames.
+    pub fn set_malformed_action(&self, action: MalformedAction) {
+        self.maps.set_malformed_action(action);
+    }
+
+    /// Sets the mode, the policy and the action on malformed frames: every
+    /// setting of a verdict that can change while the program runs.
+    pub fn set_verdict_settings(&self, mode: Mode, policy: Policy, malformed: MalformedAction) {
         self.maps.set_mode(mode);
         self.maps.set_policy(policy);
+        self.maps.set_malformed_action(malformed);
     }
 
     /// The id of the store the filter was built from (zero: none).

@@ -266,6 +266,12 @@ impl BlocklistMaps {
         Mode::from_u32(self.config().mode).unwrap_or(Mode::Enforce)
     }
 
+    /// The live action on malformed frames (pass if the config holds
+    /// none).
+    pub fn malformed_action(&self) -> MalformedAction {
+        MalformedAction::from_u32(self.config().malformed_action).unwrap_or(MalformedAction::Pass)
+    }
+
     /// The live policy (deny if the config holds no policy).
     pub fn policy(&self) -> Policy {
         Policy::from_u32(self.config().policy).unwrap_or(Policy::Deny)

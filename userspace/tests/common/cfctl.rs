@@ -64,15 +64,21 @@ impl Cfctl {
     /// The verdict of the pinned program for a UDP frame from `source`,
     /// run with BPF_PROG_TEST_RUN (the store and the traffic untouched).
     pub fn pinned_verdict(&self) -> impl Fn(IpAddr) -> XdpAction {
+        let verdict = self.pinned_frame_verdict();
+        move |source| verdict(&super::udp_frame(source, super::Tags::None))
+    }
+
+    /// The verdict of the pinned program for a frame, run with
+    /// BPF_PROG_TEST_RUN.
+    pub fn pinned_frame_verdict(&self) -> impl Fn(&[u8]) -> XdpAction {
         let program = aya::programs::Xdp::from_pin(
             self.pin_dir.join("program"),
             aya_obj::programs::XdpAttachType::Interface,
         )
         .expect("the pinned program");
-        move |source| {
-            let frame = super::udp_frame(source, super::Tags::None);
+        move |frame| {
             let fd = program.fd().expect("the program's fd");
-            run_xdp(fd.as_fd(), &frame, 1)
+            run_xdp(fd.as_fd(), frame, 1)
                 .expect("BPF_PROG_TEST_RUN")
                 .action
         }

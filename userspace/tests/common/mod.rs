@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests: the root check, frames built
 //! with etherparse, keys, and the counter check; test networks
 //! ([`netns`]), the cfctl binary ([`cfctl`]), the QEMU firmware
-//! ([`qemu`]) and a serial line in front of it ([`serial_line`]).
+//! ([`qemu`]) and a serial line in front of it ([`serial_line`]), and raw
+//! frames sent from a namespace ([`raw_frames`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -10,6 +11,7 @@ pub mod cfctl;
 pub mod feed_server;
 pub mod netns;
 pub mod qemu;
+pub mod raw_frames;
 pub mod serial_line;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -48,7 +50,17 @@ pub enum Tags {
     One,
     /// An 802.1ad outer and an 802.1Q inner tag.
     Two,
+    /// `count` priority tags (VLAN id 0, which the kernel strips one after
+    /// another): the outer one with the tag protocol `outer` (0x8100 or
+    /// 0x88a8), the others 802.1Q.
+    Priority {
+        count: usize,
+        outer: u16,
+    },
 }
+
+/// 802.1Q and 802.1ad, the tag protocols the kernel strips.
+pub const TAG_PROTOCOLS: [u16; 2] = [0x8100, 0x88a8];
 
 /// A UDP frame from `source` to TARGET_V4 or TARGET_V6.
 pub fn udp_frame(source: IpAddr, tags: Tags) -> Vec<u8> {
@@ -72,7 +84,7 @@ pub fn udp_frame(source: IpAddr, tags: Tags) -> Vec<u8> {
     let ethernet = PacketBuilder::ethernet2(SOURCE_MAC, DESTINATION_MAC);
     let vlan = |id| VlanId::try_new(id).expect("a valid VLAN id");
     let builder = match tags {
-        Tags::None => ethernet.ip(ip),
+        Tags::None | Tags::Priority { .. } => ethernet.ip(ip),
         Tags::One => ethernet.single_vlan(vlan(7)).ip(ip),
         Tags::Two => ethernet.double_vlan(vlan(100), vlan(7)).ip(ip),
     }
@@ -81,7 +93,24 @@ pub fn udp_frame(source: IpAddr, tags: Tags) -> Vec<u8> {
     builder
         .write(&mut frame, PAYLOAD)
         .expect("writing to a Vec");
-    frame
+    match tags {
+        Tags::Priority { count, outer } => with_priority_tags(&frame, count, outer),
+        _ => frame,
+    }
+}
+
+/// `frame` (untagged) with `count` priority tags after its MAC addresses,
+/// the outer one of protocol `outer`.
+pub fn with_priority_tags(frame: &[u8], count: usize, outer: u16) -> Vec<u8> {
+    let (addresses, rest) = frame.split_at(12);
+    let mut tagged = addresses.to_vec();
+    for index in 0..count {
+        let protocol = if index == 0 { outer } else { 0x8100 };
+        tagged.extend_from_slice(&protocol.to_be_bytes());
+        tagged.extend_from_slice(&[0, 0]);
+    }
+    tagged.extend_from_slice(rest);
+    tagged
 }
 
 /// The key of `address/prefix_len`.

@@ -1,7 +1,8 @@
 //! Test networks: a network namespace holding the peer end of a veth pair
 //! whose host end stays in the test's namespace, with addresses in
 //! 198.18.0.0/15 and 2001:db8::/32 only; bounded UDP and ping traffic from
-//! a listed (.3 / ::3) and an unlisted (.2 / ::2) peer address; and bpffs
+//! a listed (.3 / ::3) and an unlisted (.2 / ::2) peer address, and raw
+//! frames from the peer end; and bpffs
 //! directories removed on drop. Guards delete what they create even when a
 //! test fails.
 
@@ -17,9 +18,11 @@ use std::time::Duration;
 pub const DATAGRAMS: u64 = 5;
 /// Pings sent per source and family by [`check_traffic`].
 pub const PINGS: u64 = 3;
-const PORT: u16 = 4242;
+pub const PORT: u16 = 4242;
 const HOST_MAC: &str = "02:cf:00:00:00:01";
 const PEER_MAC: &str = "02:cf:00:00:00:02";
+const HOST_MAC_BYTES: [u8; 6] = [0x02, 0xcf, 0, 0, 0, 1];
+const PEER_MAC_BYTES: [u8; 6] = [0x02, 0xcf, 0, 0, 0, 2];
 
 /// Runs `ip` with `args`, failing the test with its output if it fails.
 pub fn ip(args: &[&str]) {
@@ -192,6 +195,53 @@ impl TestNetwork {
         .expect("the sender thread");
     }
 
+    /// Sends each of `frames` once from the peer end of the veth, through a
+    /// raw packet socket in the namespace; fails the test unless all go
+    /// out.
+    pub fn send_frames(&self, frames: &[Vec<u8>]) {
+        let namespace = File::open(Path::new("/run/netns").join(&self.namespace))
+            .expect("opening the namespace");
+        let link = std::ffi::CString::new(self.peer_link.as_str()).expect("a link name");
+        let sent = std::thread::scope(|scope| {
+            scope
+                .spawn(|| super::raw_frames::send_from_namespace(&namespace, &link, frames))
+                .join()
+                .expect("the sender thread")
+                .expect("sending raw frames")
+        });
+        assert_eq!(sent, frames.len(), "raw frames sent");
+    }
+
+    /// A UDP datagram with `payload` from the peer address `source` to
+    /// `destination` on the host end, as a frame on the veth behind
+    /// `tags` priority tags (VLAN id 0) whose outer one has the protocol
+    /// `outer`.
+    pub fn tagged_datagram(
+        &self,
+        source: IpAddr,
+        destination: SocketAddr,
+        payload: &[u8],
+        tags: usize,
+        outer: u16,
+    ) -> Vec<u8> {
+        let ethernet = etherparse::PacketBuilder::ethernet2(PEER_MAC_BYTES, HOST_MAC_BYTES);
+        let builder = match (source, destination.ip()) {
+            (IpAddr::V4(source), IpAddr::V4(host)) => {
+                ethernet.ipv4(source.octets(), host.octets(), 64)
+            }
+            (IpAddr::V6(source), IpAddr::V6(host)) => {
+                ethernet.ipv6(source.octets(), host.octets(), 64)
+            }
+            _ => panic!("{source} and {destination} are of different families"),
+        }
+        .udp(40000, destination.port());
+        let mut frame = Vec::with_capacity(builder.size(payload.len()));
+        builder
+            .write(&mut frame, payload)
+            .expect("writing to a Vec");
+        super::with_priority_tags(&frame, tags, outer)
+    }
+
     /// Whether pings from `source` to `destination` get any reply.
     pub fn ping(&self, source: IpAddr, destination: IpAddr) -> bool {
         let (count, source, destination) = (
@@ -243,7 +293,8 @@ pub fn receive_until_marker(socket: &UdpSocket) -> (u64, u64) {
         .expect("setting a timeout");
     let (mut listed, mut unlisted) = (0, 0);
     let mut buffer = [0u8; 64];
-    for _ in 0..4 * DATAGRAMS + 2 {
+    // A bound on the loop, above what any test sends before its marker.
+    for _ in 0..1000 {
         match socket.recv(&mut buffer) {
             Ok(len) => match &buffer[..len] {
                 b"listed" => listed += 1,
@@ -265,7 +316,7 @@ pub fn receive_until_marker(socket: &UdpSocket) -> (u64, u64) {
 /// until one arrives (at most 100): attaching or detaching an XDP program
 /// in native mode restarts the veth's queues, and what is sent meanwhile
 /// is lost, which would look like a wrong verdict.
-fn wait_until_the_path_carries(network: &TestNetwork, receiver: &UdpSocket, source: IpAddr) {
+pub fn wait_until_the_path_carries(network: &TestNetwork, receiver: &UdpSocket, source: IpAddr) {
     let destination = receiver.local_addr().expect("the receiver's address");
     receiver
         .set_read_timeout(Some(Duration::from_millis(50)))

@@ -8,7 +8,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use userspace::control::{DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
 use userspace::xdp::AttachMode;
-use userspace::{MatchAddress, Mode, Policy, Setting};
+use userspace::{MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 
 const ABOUT: &str = "Keep an XDP cuckoo-filter blocklist (or a filter device) up to date";
 
@@ -153,6 +153,9 @@ pub enum Command {
     Stats(StatsArgs),
     /// Drop listed packets (enforce) or only count them (monitor).
     Mode(ModeArgs),
+    /// Drop malformed frames or pass them.
+    #[command(long_about = malformed_about())]
+    Malformed(MalformedArgs),
     /// Recompute the filter from the store and compare it with the live one.
     Verify,
     /// Rebuild the filter with another capacity and swap it in with no gap.
@@ -198,6 +201,7 @@ impl Command {
             Command::Status => "status",
             Command::Stats(_) => "stats",
             Command::Mode(_) => "mode",
+            Command::Malformed(_) => "malformed",
             Command::Verify => "verify",
             Command::Resize(_) => "resize",
             Command::Save => "save",
@@ -206,6 +210,19 @@ impl Command {
             Command::Completions(_) => "completions",
         }
     }
+}
+
+/// The long help of `cfctl malformed`.
+fn malformed_about() -> String {
+    format!(
+        "Drop malformed frames or pass them.\n\n\
+         A frame is malformed when it ends before its IP header does, has an impossible IP \
+         header (a wrong version, an IPv4 header length under 20), or has more than \
+         {MAX_VLAN_TAGS} stacked VLAN tags. The kernel's IP layer drops every such frame but \
+         the last kind, which it may deliver while the program cannot see its address: \
+         dropping them (the default) is the safe choice. In monitor mode they pass, counted as \
+         malformed."
+    )
 }
 
 /// Parses a run-time setting by the name the ABI gives it
@@ -268,6 +285,10 @@ pub struct AttachArgs {
     /// default deny].
     #[arg(long, value_parser = setting::<Policy>())]
     pub policy: Option<Policy>,
+    /// Drop or pass malformed frames (see `cfctl malformed --help`)
+    /// [stored; default drop].
+    #[arg(long, value_parser = setting::<MalformedAction>())]
+    pub malformed: Option<MalformedAction>,
 }
 
 #[derive(Debug, Args)]
@@ -418,6 +439,13 @@ pub struct ModeArgs {
     /// as would-drop).
     #[arg(value_parser = setting::<Mode>())]
     pub mode: Mode,
+}
+
+#[derive(Debug, Args)]
+pub struct MalformedArgs {
+    /// drop (in enforce mode) or pass.
+    #[arg(value_parser = setting::<MalformedAction>())]
+    pub action: MalformedAction,
 }
 
 #[derive(Debug, Args)]

@@ -23,11 +23,9 @@ pub fn parse_nets(texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
         .collect()
 }
 
-/// Parses an `ADDR` argument.
+/// Parses an `ADDR` argument (an IPv4-mapped one is the IPv4 address).
 pub fn parse_address(given: &str) -> anyhow::Result<IpAddr> {
-    given
-        .trim()
-        .parse()
+    blocklist::parse_address(given)
         .with_context(|| format!("'{}': not an IP address", text::excerpt(given)))
 }
 

@@ -10,14 +10,15 @@ use ipnet::IpNet;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use userspace::blocklist::export_line;
 use userspace::control::device::{DeviceDelete, DeviceImport};
 use userspace::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, TableSummary, VerifyReport,
 };
-use userspace::text::{escape_comment, Escaped};
+use userspace::text::Escaped;
 use userspace::xdp::maps::PREFILTER_BYTES;
-use userspace::{MatchAddress, Setting};
+use userspace::{MalformedAction, MatchAddress, Setting};
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -263,10 +264,7 @@ pub fn export(entries: &[EntryRecord]) -> anyhow::Result<()> {
             .sources
             .iter()
             .find_map(|member| member.comment.as_deref());
-        match comment {
-            Some(comment) => writeln!(out, "{} # {}", entry.net, escape_comment(comment))?,
-            None => writeln!(out, "{}", entry.net)?,
-        }
+        writeln!(out, "{}", export_line(&entry.net, comment))?;
     }
     out.flush()?;
     Ok(())
@@ -299,9 +297,13 @@ pub fn status(status: &Status) {
         "source"
     };
     println!(
-        "mode         {}, policy {}, matching {matched} addresses",
+        "mode         {}, policy {}, malformed frames {}, matching {matched} addresses",
         status.mode.name(),
-        status.policy.name()
+        status.policy.name(),
+        match status.malformed {
+            MalformedAction::Drop => "dropped",
+            MalformedAction::Pass => "passed",
+        }
     );
     println!(
         "entries      {} blocklist, {} allowlist",
@@ -373,8 +375,12 @@ fn agent(status: &Status) {
     for feed in &status.feeds {
         let state = &feed.state;
         let last = last_outcome(state.last_success, state.last_error.as_deref(), "refreshed");
+        let refused = match state.refused {
+            0 => String::new(),
+            refused => format!(" ({} refused: whole family)", thousands(refused as u64)),
+        };
         println!(
-            "  feed {:<12} {} entries, {last} ({} updated, {} unchanged, {} failed)",
+            "  feed {:<12} {} entries{refused}, {last} ({} updated, {} unchanged, {} failed)",
             Escaped(&feed.name),
             thousands(state.entries as u64),
             state.updated,

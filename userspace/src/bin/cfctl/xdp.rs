@@ -103,6 +103,13 @@ fn on_store(
                 println!("mode: {name}")
             })
         }
+        Command::Malformed(args) => {
+            control.set_malformed_action(args.action)?;
+            let name = args.action.name();
+            print(global, &serde_json::json!({ "malformed": name }), |_| {
+                println!("malformed frames: {name}")
+            })
+        }
         Command::Verify => verify(global, control),
         Command::Resize(args) => {
             let summary = control.resize(args.capacity)?;
@@ -128,6 +135,7 @@ fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> a
         fingerprint_bits,
         match_address: args.match_address,
         policy: args.policy,
+        malformed: args.malformed,
     };
     let report = control.attach(&args.interfaces, args.mode, options)?;
     print(global, &report, report::attach)
