@@ -929,18 +929,46 @@ fn attach_repairs_a_pin_directory_whose_maps_were_removed() {
         &network.v6(3).to_string(),
     ]);
     common::netns::check_traffic(&network, true);
-    std::fs::remove_file(cfctl.pin_dir().join("CONFIG")).expect("removing a map pin");
-    for args in [&["status"][..], &["add", "198.18.9.9"], &["verify"]] {
-        let line = cfctl.fails(args);
+    // A map's pin, then the program's, removed by hand (the links stay,
+    // and the attached program runs on): every command that touches the
+    // live filter refuses, naming the pin and the repair, and changes
+    // nothing; `status` says so once.
+    for (pin, named) in [("CONFIG", "CONFIG"), ("program", "program pin")] {
+        std::fs::remove_file(cfctl.pin_dir().join(pin)).expect("removing a pin");
+        let export = cfctl.ok(&["export"]);
+        for args in [
+            &["add", "198.18.9.9"][..],
+            &["verify"],
+            &["check", "198.18.9.9"],
+        ] {
+            let line = cfctl.fails(args);
+            assert!(
+                line.contains("is incomplete")
+                    && line.contains(named)
+                    && line.contains("`cfctl attach IFACE`"),
+                "{args:?}: {line}"
+            );
+        }
+        assert_eq!(cfctl.ok(&["export"]), export, "the store changed");
+        let status = cfctl.ok(&["status"]);
         assert!(
-            line.contains("is incomplete") && line.contains("`cfctl attach IFACE`"),
-            "{args:?}: {line}"
+            status.contains("pins         incomplete: ") && !status.contains("nothing pinned"),
+            "{status}"
         );
+        let problem = cfctl.json(&["status"])["pins_problem"].clone();
+        assert!(
+            problem.as_str().is_some_and(|text| text.contains(named)),
+            "{problem}"
+        );
+        cfctl.ok(&["attach", host]);
+        cfctl.ok(&["verify"]);
+        assert_eq!(cfctl.json(&["status"])["interfaces"][0]["interface"], host);
+        assert_eq!(
+            cfctl.json(&["status"])["pins_problem"],
+            serde_json::Value::Null
+        );
+        common::netns::check_traffic(&network, true);
     }
-    cfctl.ok(&["attach", host]);
-    cfctl.ok(&["verify"]);
-    assert_eq!(cfctl.json(&["status"])["interfaces"][0]["interface"], host);
-    common::netns::check_traffic(&network, true);
 
     // Maps an older cfctl made (another map and filter layout) are never
     // written into: attach loads a new program and moves the links to it.
@@ -950,6 +978,52 @@ fn attach_repairs_a_pin_directory_whose_maps_were_removed() {
     cfctl.ok(&["attach", host]);
     cfctl.ok(&["verify"]);
     common::netns::check_traffic(&network, true);
+}
+
+/// Native attach at an MTU the driver refuses says what to do; `status`
+/// from another network namespace says where the interface is, not that
+/// it is gone, and says it is gone once it is.
+#[test]
+fn attach_and_status_errors_say_what_to_do() {
+    let network = TestNetwork::new(163);
+    let host = network.host_link.as_str();
+    let cfctl = Cfctl::new("errors");
+    for (namespace, link) in [
+        (None, host),
+        (Some(network.namespace.as_str()), network.peer_link.as_str()),
+    ] {
+        let mut args = vec!["link", "set", "dev", link, "mtu", "9000"];
+        if let Some(namespace) = namespace {
+            args.splice(0..0, ["-n", namespace]);
+        }
+        common::netns::ip(&args);
+    }
+    let line = cfctl.fails(&["attach", host, "--mode", "native"]);
+    assert!(
+        line.contains("refuses native XDP at its MTU (9000)") && line.contains("--mode skb"),
+        "{line}"
+    );
+    cfctl.ok(&["attach", host, "--mode", "skb"]);
+    let status = cfctl.command(&["status"]);
+    let elsewhere = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", network.namespace))
+        .arg(status.get_program())
+        .args(status.get_args())
+        .output()
+        .expect("running cfctl in the test network's namespace");
+    let shown = String::from_utf8_lossy(&elsewhere.stdout);
+    assert!(
+        shown.contains(&format!("{host} (skb, in another network namespace)")),
+        "{shown}{}",
+        String::from_utf8_lossy(&elsewhere.stderr)
+    );
+    assert!(cfctl
+        .ok(&["status"])
+        .contains(&format!("attached to  {host} (skb)\n")));
+    common::netns::ip(&["link", "del", host]);
+    assert!(cfctl
+        .ok(&["status"])
+        .contains(&format!("{host} (skb, interface gone)")));
 }
 
 /// Writes `version` as the ABI version of the maps pinned in `pin_dir`.

@@ -42,11 +42,12 @@ use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::control::{Change, Control, ControlError, NoProgress, StoreUse};
+use crate::control::{Change, Control, ControlError, DirCheck, NoProgress, StoreUse};
 use crate::store::{
     unix_seconds, AgentState, FeedState, ListKind, NewEntry, StoreError, StoreTransaction,
 };
@@ -78,6 +79,8 @@ pub struct AgentOptions {
     pub pin_dir: PathBuf,
     /// The state directory of the store.
     pub state_dir: PathBuf,
+    /// How the state directory is checked before the store is opened.
+    pub state_dir_check: DirCheck,
     /// Refresh every feed and end the expired listings once, then exit.
     pub once: bool,
 }
@@ -333,10 +336,12 @@ impl Lapi {
 
 impl Agent {
     fn open(&self) -> Result<Control, ControlError> {
-        Control::open(
+        Control::open_with_notices(
             &self.options.pin_dir,
             &self.options.state_dir,
             StoreUse::Create,
+            self.options.state_dir_check,
+            Rc::new(|_| {}),
         )
     }
 

@@ -21,7 +21,7 @@ use super::report::{AttachReport, Attachment, DetachReport, TableSummary};
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
 use crate::store::{FilterSettings, ListKind};
-use crate::xdp::pins::interface_index;
+use crate::xdp::pins::{interface_index, interface_mtu};
 use crate::xdp::{AttachMode, Blocklist, LiveFilter, LoadOptions, PinDir, XdpError};
 use crate::{MalformedAction, Mode};
 
@@ -358,6 +358,10 @@ fn attach_error(interface: &str, error: XdpError) -> ControlError {
     match os_error_code(&error) {
         Some(libc::EBUSY | libc::EEXIST) => ControlError::InterfaceBusy(interface.to_owned()),
         Some(libc::EOPNOTSUPP) => ControlError::NativeUnsupported(interface.to_owned()),
+        Some(libc::ERANGE) => ControlError::NativeMtu {
+            interface: interface.to_owned(),
+            mtu: interface_mtu(interface),
+        },
         _ => ControlError::Xdp(error),
     }
 }

@@ -97,6 +97,19 @@ pub enum ControlError {
          (for example `ip link set dev {0} xdp off`)"
     )]
     InterfaceBusy(String),
+    /// The driver refuses native XDP at the interface's MTU.
+    #[error(
+        "the driver of '{interface}' refuses native XDP at its MTU{mtu}: native XDP needs \
+         frames that fit a page (a veth checks its peer's MTU too); lower the MTU (`ip link set \
+         dev {interface} mtu 1500`) or attach with `--mode skb`",
+        mtu = .mtu.map(|mtu| format!(" ({mtu})")).unwrap_or_default()
+    )]
+    NativeMtu {
+        /// The interface.
+        interface: String,
+        /// Its MTU, if it could be read.
+        mtu: Option<u32>,
+    },
     /// Native XDP is not available on the interface.
     #[error("the driver of '{0}' has no native XDP support; attach with `--mode skb`")]
     NativeUnsupported(String),

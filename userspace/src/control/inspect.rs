@@ -175,6 +175,7 @@ impl Control {
             store: self.store.path().to_owned(),
             loaded: false,
             other_store: false,
+            pins_problem: None,
             interfaces: self.pins.attachments(),
             mode: settings.mode,
             policy: settings.policy,
@@ -203,7 +204,15 @@ impl Control {
                 .collect(),
             crowdsec,
         };
-        if let Some((mut live, same_store)) = self.live()? {
+        let live = match self.live() {
+            Ok(live) => live,
+            Err(error @ ControlError::Incomplete { .. }) => {
+                status.pins_problem = Some(error.to_string());
+                None
+            }
+            Err(error) => return Err(error),
+        };
+        if let Some((mut live, same_store)) = live {
             status.loaded = true;
             status.other_store = !same_store;
             status.mode = live.mode();

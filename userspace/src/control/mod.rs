@@ -38,6 +38,7 @@ pub mod update;
 use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use capacity::fingerprint_bits_for_fpr;
@@ -46,10 +47,11 @@ pub use inspect::read_counters;
 pub use report::*;
 pub use update::{check_source_name, whole_families, Change, NoProgress, Progress, BULK_ENTRIES};
 
-use crate::store::{FilterSettings, ListKind, Store, StoreError};
+use crate::store::{Access, FilterSettings, ListKind, Store, StoreError};
 use crate::xdp::{LiveFilter, PinDir};
 use crate::{MalformedAction, MatchAddress, Policy};
 
+pub use crate::store::DirCheck;
 pub use crate::xdp::pins::DEFAULT_PIN_DIR;
 /// Where cfctl keeps its store unless told otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cfctl";
@@ -101,13 +103,16 @@ pub struct AttachOptions {
     pub malformed: Option<MalformedAction>,
 }
 
-/// Whether a command may create the store.
+/// How a command uses the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreUse {
     /// It adds entries or settings: create the store if there is none.
     Create,
-    /// It reads, deletes or changes what is there: the store must exist.
+    /// It deletes or changes what is there: the store must exist.
     Existing,
+    /// It only reads: the store must exist, and is opened read-only
+    /// (see [`Control::open_for_reading`]).
+    Read,
 }
 
 /// The cfctl control plane of one pin directory and one state directory.
@@ -115,33 +120,48 @@ pub struct Control {
     pins: PinDir,
     store: Store,
     force: bool,
-    notice: Box<dyn Fn(&str)>,
+    notice: Rc<dyn Fn(&str)>,
 }
 
 impl Control {
     /// Opens the store in `state_dir` (waiting up to 30 s for another
     /// cfctl process to finish, creating it if `store_use` allows) for the
-    /// blocklist pinned in `pin_dir`.
+    /// blocklist pinned in `pin_dir`, checking the directory
+    /// ([`DirCheck::Private`]).
     pub fn open(pin_dir: &Path, state_dir: &Path, store_use: StoreUse) -> Result<Self> {
-        Self::open_with_notices(pin_dir, state_dir, store_use, Box::new(|_| {}))
+        Self::open_with_notices(
+            pin_dir,
+            state_dir,
+            store_use,
+            DirCheck::Private,
+            Rc::new(|_| {}),
+        )
     }
 
-    /// [`Control::open`], telling `notice` what the user should know but
-    /// is not an error: who holds the store when it is still busy after
-    /// [`STORE_NOTICE`], and a repair after an interrupted update.
+    /// [`Control::open`] with the directory check `check`, telling
+    /// `notice` what the user should know but is not an error: who holds
+    /// the store when it is still busy after [`STORE_NOTICE`], and a
+    /// repair after an interrupted update.
     pub fn open_with_notices(
         pin_dir: &Path,
         state_dir: &Path,
         store_use: StoreUse,
-        notice: Box<dyn Fn(&str)>,
+        check: DirCheck,
+        notice: Rc<dyn Fn(&str)>,
     ) -> Result<Self> {
-        if store_use == StoreUse::Existing && !state_dir.join(Store::FILE_NAME).exists() {
+        // Not followed: a link there is refused by the store's open.
+        let found = fs::symlink_metadata(state_dir.join(Store::FILE_NAME)).is_ok();
+        if store_use != StoreUse::Create && !found {
             return Err(ControlError::NoStore(state_dir.to_owned()));
         }
+        let access = match store_use {
+            StoreUse::Read => Access::ReadOnly,
+            StoreUse::Create | StoreUse::Existing => Access::ReadWrite,
+        };
         let started = Instant::now();
         let mut told = false;
         let store = loop {
-            match Store::open(state_dir) {
+            match Store::open_with(state_dir, access, check) {
                 Err(StoreError::Busy { path }) => {
                     if started.elapsed() >= STORE_WAIT {
                         let holders = processes_holding(&path);
@@ -171,6 +191,36 @@ impl Control {
             force: false,
             notice,
         })
+    }
+
+    /// Opens the store in `state_dir` for a command that only reads, and
+    /// ends the listings that have expired first, so that what it shows is
+    /// what the filter holds; where the store cannot be written (a
+    /// read-only file system, no permission), opens it read-only as it is
+    /// ([`StoreUse::Read`]), telling `notice` so.
+    pub fn open_for_reading(
+        pin_dir: &Path,
+        state_dir: &Path,
+        check: DirCheck,
+        notice: Rc<dyn Fn(&str)>,
+    ) -> Result<Self> {
+        let open = |store_use| {
+            Self::open_with_notices(pin_dir, state_dir, store_use, check, Rc::clone(&notice))
+        };
+        match open(StoreUse::Existing) {
+            Ok(mut control) => {
+                control.expire_due()?;
+                Ok(control)
+            }
+            Err(ControlError::Store(error @ StoreError::NotWritable { .. })) => {
+                notice(&format!(
+                    "{error}; reading it as it is (expired listings stay in the store and the \
+                     filter until a command can change it)"
+                ));
+                open(StoreUse::Read)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Ends a one-shot command's use of the store without redb's close;

@@ -180,6 +180,9 @@ pub struct Status {
     /// Whether the pinned filter was built from another store (`--force`
     /// on an update or attach rebuilds it from this one).
     pub other_store: bool,
+    /// Why what is pinned cannot be used, if it cannot (a pin removed by
+    /// hand, maps of another cfctl version), with the way out.
+    pub pins_problem: Option<String>,
     /// Interfaces with a cfctl link.
     pub interfaces: Vec<Attachment>,
     /// Live mode (stored mode when not loaded).

@@ -75,19 +75,22 @@
 //! This module does not plan filter keys or touch any filter: callers apply
 //! the plan's diff around the transaction's commit.
 
+mod file;
 mod records;
 mod schema;
 mod transaction;
 
 use std::collections::HashMap;
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
+use file::Handle;
+pub use file::{Access, DirCheck};
 pub use records::{
     AddReport, AgentState, CrowdsecDecision, CrowdsecState, DecisionCounts, DeleteReport, Entry,
     ExpireReport, FeedState, FilterSettings, Membership, NewEntry, ReplaceReport,
@@ -115,6 +118,68 @@ pub enum StoreError {
     /// Another process has the store open.
     #[error("the state store {} is in use by another cfctl process", .path.display())]
     Busy {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// Another user could replace what is in the state directory.
+    #[error(
+        "the state directory {} {reason}: another user could replace the store; make it owned \
+         by root with mode 0700, or pass --trust-state-dir if its other writers are trusted",
+        .path.display()
+    )]
+    UnsafeStateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A symbolic link is where the store goes.
+    #[error(
+        "the state store {} is a symbolic link; cfctl opens only a regular file there (a link \
+         could make it write elsewhere): remove the link, or point --state-dir at the directory \
+         that holds the store",
+        .path.display()
+    )]
+    Symlink {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The store cannot be opened for writing (a read-only file system, or
+    /// no permission).
+    #[error("the state store {} cannot be written: {source}", .path.display())]
+    NotWritable {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A change was asked of a store opened read-only.
+    #[error("the state store {} is open read-only", .path.display())]
+    ReadOnly {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// A store opened read-only has an older schema, which only a writable
+    /// open migrates.
+    #[error(
+        "the state store {} has schema version {found}; a command that changes it (on a writable \
+         file system) migrates it to version {SCHEMA_VERSION} first",
+        .path.display()
+    )]
+    OldSchema {
+        /// The store file.
+        path: PathBuf,
+        /// The version found (0: none).
+        found: u64,
+    },
+    /// A store opened read-only was left by a process that recorded no
+    /// allocator state: only a writable open can repair it.
+    #[error(
+        "the state store {} needs a repair, which only a command that changes it (on a writable \
+         file system) makes",
+        .path.display()
+    )]
+    NeedsRepair {
         /// The store file.
         path: PathBuf,
     },
@@ -156,7 +221,7 @@ pub enum StoreError {
 
 /// The entry store in one state directory.
 pub struct Store {
-    db: Database,
+    db: Handle,
     path: PathBuf,
 }
 
@@ -164,48 +229,45 @@ impl Store {
     /// The store's file name inside the state directory.
     pub const FILE_NAME: &'static str = "cfctl.redb";
 
-    /// Opens the store in `state_dir`, creating the directory (mode 0700)
-    /// and an empty store (mode 0600) if needed, whatever the umask, and
-    /// recovering from an interrupted transaction.
+    /// Opens the store in `state_dir` for changes, creating the directory
+    /// (mode 0700) and an empty store (mode 0600) if needed, whatever the
+    /// umask, and recovering from an interrupted transaction; the
+    /// directory is checked ([`DirCheck::Private`]).
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(state_dir)
-            .map_err(|source| StoreError::CreateDir {
-                path: state_dir.to_owned(),
-                source,
-            })?;
-        let path = state_dir.join(Self::FILE_NAME);
-        let database_error = |error: DatabaseError| match error {
-            DatabaseError::DatabaseAlreadyOpen => StoreError::Busy { path: path.clone() },
-            other => store_error(&path, other),
-        };
-        // Created here with its mode, so that redb finds an empty file to
-        // start a store in.
-        // An existing file that is empty was truncated: redb would start a
-        // new store in it, and the list would be gone without a word.
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                if fs::metadata(&path).is_ok_and(|file| file.len() == 0) {
-                    return Err(StoreError::Damaged {
-                        path,
-                        what: "the file is empty".to_owned(),
-                    });
-                }
-            }
-            Err(error) => return Err(database_error(DatabaseError::Storage(error.into()))),
+        Self::open_with(state_dir, Access::ReadWrite, DirCheck::Private)
+    }
+
+    /// Opens the store in `state_dir` with `access`, after the `check` of
+    /// the directory (see [`file`]). A read-only store must exist and have
+    /// the current schema (only a writable open migrates one); it is for
+    /// where the store cannot be written, because reading a store that its
+    /// last writer did not close takes a copy in memory.
+    pub fn open_with(
+        state_dir: &Path,
+        access: Access,
+        check: DirCheck,
+    ) -> Result<Self, StoreError> {
+        if access == Access::ReadWrite {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(state_dir)
+                .map_err(|source| StoreError::CreateDir {
+                    path: state_dir.to_owned(),
+                    source,
+                })?;
         }
-        let db = guarded(&path, || Database::create(&path).map_err(database_error))?;
+        file::check_state_dir(state_dir, check)?;
+        let path = state_dir.join(Self::FILE_NAME);
+        let db = file::open_database(&path, access)?;
         let store = Self { db, path };
         store.guarded(|| store.initialise())?;
         Ok(store)
+    }
+
+    /// Whether the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        !matches!(self.db, Handle::Writable(_))
     }
 
     /// Runs `operation`, turning a panic inside redb into
@@ -219,9 +281,13 @@ impl Store {
 
     /// Verifies every page of the store against its checksum (reads the
     /// whole file); [`StoreError::Damaged`] if one fails.
+    /// A read-only store is not checked (redb checks pages only through a
+    /// writable handle): its reads still check each page they read.
     pub fn check_integrity(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let db = &mut self.db;
+        let Handle::Writable(db) = &mut self.db else {
+            return Ok(());
+        };
         guarded(&path, || match db.check_integrity() {
             // `false`: the allocator state was rebuilt, no data lost.
             Ok(_) => Ok(()),
@@ -239,6 +305,12 @@ impl Store {
         let found = self.schema_version()?;
         if found == Some(SCHEMA_VERSION) {
             return Ok(());
+        }
+        if self.is_read_only() {
+            return Err(StoreError::OldSchema {
+                path: self.path.clone(),
+                found: found.unwrap_or(0),
+            });
         }
         if let Some(found) = found.filter(|&found| !matches!(found, 1 | 2)) {
             return Err(StoreError::UnknownSchema {
@@ -358,7 +430,12 @@ impl Store {
     /// (see the module documentation): every write of the store starts
     /// here.
     fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.db.begin_write().in_store(self)?;
+        let Handle::Writable(db) = &self.db else {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        };
+        let mut txn = db.begin_write().in_store(self)?;
         txn.set_quick_repair(true);
         Ok(txn)
     }

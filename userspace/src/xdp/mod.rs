@@ -67,6 +67,7 @@
 //! filter (the control plane serialises its commands).
 
 pub mod allowlist;
+mod link_info;
 pub mod live;
 pub mod mapped;
 pub mod maps;
@@ -148,6 +149,14 @@ pub enum XdpError {
         /// What the kernel or aya said.
         source: MapError,
     },
+    /// The program's pin is gone while its maps or links are still pinned
+    /// (removed by hand): the attached program runs on, out of reach.
+    #[error(
+        "the program pin {} is missing while maps or links are still pinned (removed by hand?): \
+         the attached program runs on, and no change would reach it",
+        .0.display()
+    )]
+    MissingProgramPin(PathBuf),
     /// No filter map of any shape is pinned in the directory.
     #[error("no pinned blocklist filter map (FILTERS_FP8/16/32) in {0}")]
     NoPinnedFilter(PathBuf),

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::link_info::link_ifindex;
 use super::maps::BlocklistMaps;
 use super::program::{attach_pinned_program, detach_pinned, Blocklist, PINNED_PROGRAM};
 use super::{AttachMode, LiveFilter, Result, XdpError};
@@ -41,8 +42,12 @@ pub struct Attachment {
     pub interface: String,
     /// `native` or `skb`.
     pub mode: &'static str,
-    /// Whether the interface still exists.
+    /// Whether the interface still exists (the kernel keeps the link on
+    /// it).
     pub present: bool,
+    /// Whether it is an interface of this process's network namespace
+    /// (links pinned from one namespace are seen from all).
+    pub in_this_namespace: bool,
 }
 
 /// A pin directory on a bpf filesystem.
@@ -79,11 +84,15 @@ impl PinDir {
             .is_ok_and(|mut pins| pins.any(|pin| pin.is_ok_and(|pin| pin.file_name() != LINKS_DIR)))
     }
 
-    /// The live filter of the program pinned here; `None` if no program is
+    /// The live filter of the program pinned here; `None` if nothing is
     /// pinned. An error if the program is there but a map pin is missing
-    /// or unusable.
+    /// or unusable, or if the program's pin is missing while maps or links
+    /// are pinned.
     pub fn open(&self) -> Result<Option<LiveFilter>> {
         if !self.has_program() {
+            if self.has_pins() || !self.links().is_empty() {
+                return Err(XdpError::MissingProgramPin(self.path.join(PINNED_PROGRAM)));
+            }
             return Ok(None);
         }
         BlocklistMaps::open_pinned(&self.path).map(|maps| Some(LiveFilter::new(maps)))
@@ -139,10 +148,14 @@ impl PinDir {
             .filter_map(|entry| {
                 let name = entry.file_name().into_string().ok()?;
                 let (interface, mode) = name.rsplit_once('@')?;
+                let here = interface_index(interface).ok();
+                // Without the kernel's answer, the name's own.
+                let ifindex = link_ifindex(&entry.path()).ok().or(here);
                 let attachment = Attachment {
                     interface: interface.to_owned(),
                     mode: AttachMode::from_name(mode)?.name(),
-                    present: interface_index(interface).is_ok(),
+                    present: ifindex.is_some_and(|index| index != 0),
+                    in_this_namespace: here.is_some() && here == ifindex,
                 };
                 Some((attachment, entry.path()))
             })
@@ -198,6 +211,31 @@ pub fn interface_index(name: &str) -> Result<u32> {
     match unsafe { libc::if_nametoindex(c_name.as_ptr()) } {
         0 => Err(no_interface()),
         index => Ok(index),
+    }
+}
+
+/// The MTU of interface `name`, if it can be read (`SIOCGIFMTU`).
+pub fn interface_mtu(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: a zeroed ifreq is a valid one.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes_with_nul();
+    if bytes.len() > request.ifr_name.len() {
+        return None;
+    }
+    for (slot, &byte) in request.ifr_name.iter_mut().zip(bytes) {
+        *slot = byte as libc::c_char;
+    }
+    // SAFETY: plain syscalls: a datagram socket only to ask, closed below;
+    // ioctl reads the name from and writes the MTU into `request`.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if socket < 0 {
+            return None;
+        }
+        let result = libc::ioctl(socket, libc::SIOCGIFMTU, &mut request);
+        libc::close(socket);
+        (result == 0).then_some(request.ifr_ifru.ifru_mtu as u32)
     }
 }
 

@@ -32,6 +32,7 @@ pub fn run(global: &GlobalOptions, args: &AgentArgs) -> anyhow::Result<()> {
         config: args.config.clone(),
         pin_dir: global.pin_dir.clone(),
         state_dir: global.state_dir.clone(),
+        state_dir_check: global.state_dir_check(),
         once: args.once,
     })?;
     Ok(())

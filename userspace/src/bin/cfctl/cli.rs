@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use userspace::control::{DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
+use userspace::control::{DirCheck, DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
 use userspace::xdp::AttachMode;
 use userspace::{MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 
@@ -96,6 +96,22 @@ pub struct GlobalOptions {
     /// backup), or from an empty store.
     #[arg(long, global = true)]
     pub force: bool,
+    /// Open the store even if the state directory is writable by another
+    /// user or group, or owned by another user (refused by default: that
+    /// user could replace the store). For a directory shared on purpose.
+    #[arg(long, global = true)]
+    pub trust_state_dir: bool,
+}
+
+impl GlobalOptions {
+    /// How the state directory is checked before the store is opened.
+    pub fn state_dir_check(&self) -> DirCheck {
+        if self.trust_state_dir {
+            DirCheck::Waived
+        } else {
+            DirCheck::Private
+        }
+    }
 }
 
 /// The commands.

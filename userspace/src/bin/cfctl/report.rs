@@ -278,18 +278,29 @@ pub fn status(status: &Status) {
             .interfaces
             .iter()
             .map(|link| {
-                let gone = if link.present { "" } else { ", interface gone" };
-                format!("{} ({}{gone})", link.interface, link.mode)
+                let place = match (link.present, link.in_this_namespace) {
+                    (false, _) => ", interface gone",
+                    (true, false) => ", in another network namespace",
+                    (true, true) => "",
+                };
+                format!("{} ({}{place})", link.interface, link.mode)
             })
             .collect();
         println!("attached to  {}", interfaces.join(", "));
     }
-    let pinned = if status.loaded {
-        "program and maps pinned in"
-    } else {
-        "nothing pinned in"
-    };
-    println!("pins         {pinned} {}", status.pin_dir.display());
+    match &status.pins_problem {
+        Some(problem) => println!("pins         incomplete: {}", Escaped(problem)),
+        None if status.loaded => {
+            println!(
+                "pins         program and maps pinned in {}",
+                status.pin_dir.display()
+            )
+        }
+        None => println!(
+            "pins         nothing pinned in {}",
+            status.pin_dir.display()
+        ),
+    }
     println!("store        {}", status.store.display());
     let matched = if status.match_address == MatchAddress::Destination {
         "destination"

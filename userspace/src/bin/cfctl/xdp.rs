@@ -3,6 +3,7 @@
 //! that add something), runs, and prints its report.
 
 use std::io::Write;
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
@@ -45,20 +46,36 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
     let store_use = match command {
         Command::Attach(_) | Command::Add(_) | Command::Import(_) => StoreUse::Create,
         Command::Allow(AllowCommand::Add(_)) => StoreUse::Create,
+        Command::List(_)
+        | Command::Export(_)
+        | Command::Check(_)
+        | Command::Status
+        | Command::Verify
+        | Command::Allow(AllowCommand::List(_)) => StoreUse::Read,
         _ => StoreUse::Existing,
     };
-    let mut control = Control::open_with_notices(
-        &global.pin_dir,
-        &global.state_dir,
-        store_use,
-        Box::new(|notice| eprintln!("cfctl: {}", Escaped(notice))),
-    )?;
+    let notice: Rc<dyn Fn(&str)> = Rc::new(|notice| eprintln!("cfctl: {}", Escaped(notice)));
+    let check = global.state_dir_check();
+    // Every command first ends the listings that have expired (a command
+    // that only reads opens the store read-only when none has).
+    let mut control = match store_use {
+        StoreUse::Read => {
+            Control::open_for_reading(&global.pin_dir, &global.state_dir, check, notice)?
+        }
+        _ => {
+            let mut control = Control::open_with_notices(
+                &global.pin_dir,
+                &global.state_dir,
+                store_use,
+                check,
+                notice,
+            )?;
+            control.expire_due()?;
+            control
+        }
+    };
     control.set_force(global.force);
-    // Every command first ends the listings that have expired.
-    let outcome = control
-        .expire_due()
-        .map_err(anyhow::Error::from)
-        .and_then(|_| on_store(global, &mut control, command));
+    let outcome = on_store(global, &mut control, command);
     // cfctl exits right after the command: the store need not be closed.
     control.close_at_exit();
     outcome
