@@ -20,7 +20,7 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot enter the eBPF crate at {ebpf_dir:?}"))?;
     aya_build::build_ebpf(
         [aya_build::Package {
-            name: "blocklist-ebpf",
+            name: "cfxdp",
             root_dir,
             ..Default::default()
         }],

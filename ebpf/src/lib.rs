@@ -24,7 +24,7 @@
 //!
 //! A filter table is a `BPF_F_MMAPABLE` ARRAY whose element `i` is bucket
 //! `i` in `filter-core`'s layout, so its mmapped memory is exactly a
-//! `[[F; S]; B]` table; see `userspace::loader` for why the filter lives in
+//! `[[F; S]; B]` table; see `cfctl::loader` for why the filter lives in
 //! such maps.
 //!
 //! Profile `p` owns filter table `p` and prefilter `p` (per coarse block,
@@ -126,9 +126,9 @@ impl FilterShape {
     /// The XDP program probing a filter of this shape.
     pub const fn program(self) -> &'static str {
         match self {
-            FilterShape::Fingerprint8 => "blocklist_fp8",
-            FilterShape::Fingerprint16 => "blocklist_fp16",
-            FilterShape::Fingerprint32 => "blocklist_fp32",
+            FilterShape::Fingerprint8 => "cfxdp_fp8",
+            FilterShape::Fingerprint16 => "cfxdp_fp16",
+            FilterShape::Fingerprint32 => "cfxdp_fp32",
         }
     }
 

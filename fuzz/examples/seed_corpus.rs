@@ -12,7 +12,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use blocklist_ebpf::packet::MAX_VLAN_TAGS;
+use cfctl::netlist::{parse_bytes, ParseOptions};
+use cfxdp::packet::MAX_VLAN_TAGS;
 use cuckoo_fuzz::{frame_of, Filter, FIRST_ID, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
 use etherparse::{
     ArpHardwareId, ArpOperation, ArpPacket, EtherType, IpHeaders, Ipv4Header, Ipv6Header,
@@ -24,7 +25,6 @@ use filter_core::protocol::{
 };
 use filter_core::AddressFamily;
 use firmware::{Device, RamFlash};
-use userspace::blocklist::{parse_bytes, ParseOptions};
 
 /// Lines of each blocklist kept as a seed (the lists are public).
 const LIST_LINES: usize = 300;
@@ -576,7 +576,7 @@ fn main() {
     snapshots(&seeds.join("snapshot"), &prefixes);
     flash_images(&seeds.join("flash_image"), &prefixes);
     device_responses(&seeds.join("device_responses"));
-    blocklists(&seeds.join("blocklist"), &lists);
+    blocklists(&seeds.join("netlist"), &lists);
     packets(&seeds.join("packet"), &lists);
     agent_configs(&seeds.join("agent_config"));
     lapi_answers(&seeds.join("lapi_answers"), &lists);

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
+use cfctl::agent::config::{Config, MIN_REFRESH};
 use libfuzzer_sys::fuzz_target;
-use userspace::agent::config::{Config, MIN_REFRESH};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
+use cfctl::device::{DeviceClient, DeviceError, Link, LinkTiming};
 use cuckoo_fuzz::{ScriptedPort, FIRST_ID};
 use filter_core::protocol::{self, Envelope, FrameReader, Item, Response, MAX_FRAME_LEN};
 use libfuzzer_sys::fuzz_target;
-use userspace::device::{DeviceClient, DeviceError, Link, LinkTiming};
 
 const ITEMS: [Item<'static>; 3] = [Item::U64(1), Item::U64(2), Item::Bytes(b"x")];
 

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cfctl::agent::config::{Config, CrowdsecConfig};
+use cfctl::agent::crowdsec::{take_answer, Answer};
+use cfctl::store::CrowdsecState;
 use ipnet::IpNet;
 use libfuzzer_sys::fuzz_target;
-use userspace::agent::config::{Config, CrowdsecConfig};
-use userspace::agent::crowdsec::{take_answer, Answer};
-use userspace::store::CrowdsecState;
 
 /// At most this many answers per input, so that one input stays quick.
 const MAX_ANSWERS: usize = 8;

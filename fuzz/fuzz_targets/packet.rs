@@ -1,4 +1,4 @@
-//! The XDP program's frame parser (`blocklist_ebpf::packet`, the same code,
+//! The XDP program's frame parser (`cfxdp::packet`, the same code,
 //! here over a byte slice) on any frame, for the source and the
 //! destination address: never a panic, and always the answer of a
 //! reference parse built on etherparse's header decoders, which says what
@@ -11,8 +11,8 @@
 //! that header's family.
 #![no_main]
 
-use blocklist_ebpf::packet::{parse, Direction, Frame, Ipv6Address, MAX_VLAN_TAGS};
-use blocklist_ebpf::Family;
+use cfxdp::packet::{parse, Direction, Frame, Ipv6Address, MAX_VLAN_TAGS};
+use cfxdp::Family;
 use etherparse::{
     EtherType, Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6HeaderSlice, SingleVlanHeaderSlice,
 };

@@ -21,7 +21,7 @@
 //! so whatever a program passes is dropped by the host's stack unrouted.
 //! Prints markdown tables. Needs root.
 //!
-//! `cargo run -p userspace --release --example xdp_bench [-- NETSET_FILE]`
+//! `cargo run -p cfctl --release --example xdp_bench [-- NETSET_FILE]`
 //! (default: ../shared/data/blocklists/firehol_level1.netset from the
 //! repository root).
 
@@ -40,8 +40,12 @@ use aya::maps::{HashMap, LpmTrie, Map, MapData};
 use aya::programs::{loaded_programs, Xdp, XdpMode};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfLoader};
-use blocklist_ebpf::prefilter::Prefilter;
-use blocklist_ebpf::{
+use cfctl::plan::{KeyPlan, PlanLimits};
+use cfctl::xdp::mapped::MappedValue;
+use cfctl::xdp::test_run::{run_xdp, TestRun, XdpAction};
+use cfctl::xdp::{AttachMode, FilterProgram, LoadOptions};
+use cfxdp::prefilter::Prefilter;
+use cfxdp::{
     baseline_hash_key, BaselineLengths, FilterShape, BASELINE_HASH_MAP, BASELINE_HASH_PROGRAM,
     BASELINE_LENGTHS_MAP, BASELINE_LPM_MAP, BASELINE_LPM_PROGRAM, BASELINE_PARSE_PROGRAM,
     MAX_PREFIX_LENGTHS,
@@ -52,10 +56,6 @@ use ipnet::{IpNet, Ipv4Net};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use userspace::plan::{KeyPlan, PlanLimits};
-use userspace::xdp::mapped::MappedValue;
-use userspace::xdp::test_run::{run_xdp, TestRun, XdpAction};
-use userspace::xdp::{AttachMode, Blocklist, LoadOptions};
 
 #[path = "../tests/common/raw_frames.rs"]
 mod raw_frames;
@@ -410,7 +410,7 @@ impl<'a> DiverseTraffic<'a> {
     }
 
     /// The cost of the blocklist, attached for the measurement only.
-    fn cost_of_blocklist(&self, blocklist: &mut Blocklist) -> BenchResult<DiverseCost> {
+    fn cost_of_blocklist(&self, blocklist: &mut FilterProgram) -> BenchResult<DiverseCost> {
         let attachment = blocklist.attach(self.link.host_index, AttachMode::Native)?;
         let cost = self.link.cost(&self.frames);
         blocklist.detach(attachment)?;
@@ -512,7 +512,7 @@ fn bench_filter(
     let keys = plan.key_count();
     let options =
         LoadOptions::for_capacity(FilterShape::Fingerprint16, keys).ok_or("filter too large")?;
-    let mut blocklist = Blocklist::load(&options)?;
+    let mut blocklist = FilterProgram::load(&options)?;
     let start = Instant::now();
     blocklist.live().install(plan, options.seed)?;
     let fill_seconds = start.elapsed().as_secs_f64();

@@ -13,7 +13,7 @@
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint, NetKey};
 use serde::Serialize;
 
-pub use blocklist_ebpf::FilterShape;
+pub use cfxdp::FilterShape;
 
 /// Calls `function::<F, S>(args)` for the fingerprint type and bucket
 /// size of `shape`.

@@ -17,7 +17,7 @@
 //!
 //! Imports run one way: `control` uses `store`, `plan`, `filter`, `xdp` and
 //! `device`; `xdp` and `device` use `plan` and `filter`; those use
-//! `filter-core` and the map ABI (`blocklist-ebpf`). `agent` sits on top
+//! `filter-core` and the map ABI (`cfxdp`). `agent` sits on top
 //! of `control` and uses nothing below it but the store's read side. `cfctl` (the binary)
 //! parses the command line, calls `control` and prints reports.
 //!
@@ -55,18 +55,18 @@
 //! itself.
 
 pub mod agent;
-pub mod blocklist;
 pub mod control;
 pub mod device;
 pub mod filter;
+pub mod netlist;
 pub mod plan;
 pub mod setting_names;
 pub mod store;
 pub mod text;
 pub mod xdp;
 
-pub use blocklist_ebpf::packet::MAX_VLAN_TAGS;
-pub use blocklist_ebpf::{
+pub use cfxdp::packet::MAX_VLAN_TAGS;
+pub use cfxdp::{
     Family, FilterProfile, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy,
     Setting,
 };

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
-use common::cfctl::{attached, Cfctl};
+use common::cli::{attached, Cfctl};
 use common::feed_server::{Answer, FeedServer};
 use common::netns::{check_traffic, TestNetwork};
 
@@ -257,7 +257,7 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
 
 #[test]
 fn expiry_ends_listings_in_one_batch_and_never_the_others() {
-    use userspace::xdp::test_run::XdpAction;
+    use cfctl::xdp::test_run::XdpAction;
     let (network, cfctl) = attached(142, "agent-expiry", "400000", "skb");
     let port = free_port();
     let _agent = Agent::start(
@@ -343,7 +343,7 @@ fn an_idle_agent_sleeps_leaves_the_store_alone_and_still_ends_a_commands_listing
     // Opening the store for writing writes it (redb marks the file in use,
     // then clean): an agent that looked at the store on a timer (it did,
     // twice a second) would never leave it unchanged for two seconds.
-    let store = cfctl.state_dir().join(userspace::store::Store::FILE_NAME);
+    let store = cfctl.state_dir().join(cfctl::store::Store::FILE_NAME);
     let stamp = || {
         let metadata = std::fs::metadata(&store).expect("the store file");
         (
@@ -381,7 +381,7 @@ fn the_agent_outwaits_a_command_that_holds_the_store_long() {
     });
     // The test holds the store as a long import would, for longer than one
     // wait for it (30 s). Opening it wakes the agent, which then waits.
-    let store = userspace::store::Store::open(cfctl.state_dir()).expect("opening the store");
+    let store = cfctl::store::Store::open(cfctl.state_dir()).expect("opening the store");
     wait_for("the agent to find the store busy", || {
         let status = agent.child.try_wait().expect("the agent's status");
         assert!(status.is_none(), "the agent ended: {}", agent.log());
@@ -412,7 +412,7 @@ fn sleeps(agent: &Agent) -> u64 {
 /// probes run the pinned program on frames and leave the store alone, so
 /// only the agent can end the listing.
 fn the_agent_ends_a_commands_short_listing(network: &TestNetwork, cfctl: &Cfctl) {
-    use userspace::xdp::test_run::XdpAction;
+    use cfctl::xdp::test_run::XdpAction;
     let address = network.v4(7);
     cfctl.ok(&["add", &address.to_string(), "--timeout", "2s"]);
     let action = cfctl.pinned_verdict();

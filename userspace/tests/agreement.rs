@@ -13,19 +13,19 @@ use std::path::Path;
 
 use std::collections::HashSet;
 
-use blocklist_ebpf::packet::MAX_VLAN_TAGS;
-use blocklist_ebpf::prefilter::skip_bit;
+use cfctl::plan::{ActiveLengths, KeyPlan, PlanLimits};
+use cfctl::xdp::maps::filter_profile;
+use cfctl::xdp::test_run::XdpAction;
+use cfctl::xdp::{FilterProgram, FilterTable, LoadOptions};
+use cfctl::FilterShape;
+use cfxdp::packet::MAX_VLAN_TAGS;
+use cfxdp::prefilter::skip_bit;
 use common::{blocklist_with, net_key, udp_frame, Tags, SEED, TAG_PROTOCOLS};
 use filter_core::layout::locate;
 use filter_core::{AddressFamily, CuckooFilter, Fingerprint, KeyHash, NetKey};
 use ipnet::IpNet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use userspace::plan::{ActiveLengths, KeyPlan, PlanLimits};
-use userspace::xdp::maps::filter_profile;
-use userspace::xdp::test_run::XdpAction;
-use userspace::xdp::{Blocklist, FilterTable, LoadOptions};
-use userspace::FilterShape;
 
 /// One `net:` row of filter-core/tests/vectors.csv.
 struct Vector {
@@ -75,7 +75,7 @@ fn read_vectors() -> Vec<Vector> {
 /// Makes the live profile use `seed`, `bucket_count` buckets and
 /// `prefix_len` first for the family of `address`, on the live table.
 fn set_profile(
-    blocklist: &mut Blocklist,
+    blocklist: &mut FilterProgram,
     seed: u64,
     bucket_count: usize,
     address: IpAddr,
@@ -239,7 +239,7 @@ fn family_of(address: IpAddr) -> AddressFamily {
 /// byte of its block, or at any active length when the live profile skips
 /// the family's prefilter.
 fn core_says_listed(
-    blocklist: &Blocklist,
+    blocklist: &FilterProgram,
     filter: &CuckooFilter<u16, 4, FilterTable<u16, 4>>,
     marked_lengths: u8,
     address: IpAddr,
@@ -257,7 +257,7 @@ fn core_says_listed(
     })
 }
 
-fn xdp_says_listed(blocklist: &Blocklist, address: IpAddr) -> bool {
+fn xdp_says_listed(blocklist: &FilterProgram, address: IpAddr) -> bool {
     let run = blocklist
         .test_run(&udp_frame(address, Tags::None), 1)
         .expect("BPF_PROG_TEST_RUN");
@@ -389,7 +389,7 @@ fn verdicts_agree_when_the_prefilter_marks_every_block_and_is_skipped() {
         bucket_count: 1 << 16,
         ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
     };
-    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     blocklist
         .live()
         .install(&plan, SEED)
@@ -487,7 +487,7 @@ fn live_updates_of_single_keys_keep_every_key_in_a_nearly_full_table() {
         bucket_count: BUCKET_COUNT,
         ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
     };
-    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let plan = KeyPlan::build(nets_of(initial), PlanLimits::default()).expect("a plan");
     let live = blocklist.live();
     live.install(&plan, SEED).expect("filling the filter");

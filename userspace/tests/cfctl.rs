@@ -19,18 +19,18 @@ use std::time::Duration;
 
 use aya::programs::Xdp;
 use aya_obj::programs::XdpAttachType;
-use common::cfctl::{attached, expect_one_error_line, Cfctl};
+use cfctl::control::{Change, Control, NoProgress, StoreUse};
+use cfctl::netlist::{parse_file, ParseOptions};
+use cfctl::store::{ListKind, NewEntry};
+use cfctl::xdp::test_run::{run_xdp, XdpAction};
+use cfctl::xdp::FilterMaps;
+use common::cli::{attached, expect_one_error_line, Cfctl};
 use common::netns::{check_traffic, TestNetwork, DATAGRAMS, PINGS};
 use common::{udp_frame, Tags};
 use ipnet::IpNet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use userspace::blocklist::{parse_file, ParseOptions};
-use userspace::control::{Change, Control, NoProgress, StoreUse};
-use userspace::store::{ListKind, NewEntry};
-use userspace::xdp::test_run::{run_xdp, XdpAction};
-use userspace::xdp::BlocklistMaps;
 
 fn shared_list(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -333,7 +333,7 @@ fn deletes_clear_the_prefilter_bits_no_entry_needs() {
             .expect("a count")
     };
     let ipv4_block = |block: usize| {
-        BlocklistMaps::open_pinned(cfctl.pin_dir())
+        FilterMaps::open_pinned(cfctl.pin_dir())
             .expect("the pinned maps")
             .live_prefilter()
             .ipv4[block]
@@ -359,7 +359,7 @@ fn deletes_clear_the_prefilter_bits_no_entry_needs() {
     cfctl.ok(&["del", "2001:db8:1::/48"]);
     assert_eq!(stale_bits(), 0);
     let ipv6_bits = || {
-        BlocklistMaps::open_pinned(cfctl.pin_dir())
+        FilterMaps::open_pinned(cfctl.pin_dir())
             .expect("the pinned maps")
             .live_prefilter()
             .ipv6
@@ -505,7 +505,7 @@ fn reattach_makes_the_live_allowlist_match_the_store() {
 
     // Make the kernel's allowlist disagree with the store, as a crash
     // between an allowlist map write and its commit would.
-    let mut maps = BlocklistMaps::open_pinned(cfctl.pin_dir()).expect("opening the pinned maps");
+    let mut maps = FilterMaps::open_pinned(cfctl.pin_dir()).expect("opening the pinned maps");
     maps.disallow(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)), 32)
         .expect("removing a stored allowlist entry from the map");
     maps.allow(IpAddr::V4(Ipv4Addr::new(198, 18, 9, 0)), 24)
@@ -676,7 +676,7 @@ fn the_malformed_frame_setting_is_stored_switched_and_shown() {
     let too_many_tags = udp_frame(
         source,
         Tags::Priority {
-            count: userspace::MAX_VLAN_TAGS + 1,
+            count: cfctl::MAX_VLAN_TAGS + 1,
             outer: 0x88a8,
         },
     );
@@ -705,7 +705,7 @@ fn the_malformed_frame_setting_is_stored_switched_and_shown() {
 #[test]
 fn man_pages_and_completions_are_generated() {
     let run = |args: &[&str]| {
-        let output = common::cfctl::binary()
+        let output = common::cli::binary()
             .args(args)
             .output()
             .expect("running cfctl");

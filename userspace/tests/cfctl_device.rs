@@ -14,12 +14,12 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::cfctl::{binary, expect_one_error_line};
+use cfctl::netlist::{parse_file, ParseOptions};
+use common::cli::{binary, expect_one_error_line};
 use common::qemu::{firmware_elf, repo_root, Qemu};
 use common::serial_line::SerialLine;
 use filter_core::protocol::{self, Envelope, Item, Prefix, Request};
 use ipnet::IpNet;
-use userspace::blocklist::{parse_file, ParseOptions};
 
 /// Runs `cfctl --device DEVICE --json ARGS`, which must succeed.
 fn device_json(device: &str, args: &[&str]) -> serde_json::Value {

@@ -5,11 +5,11 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use cfctl::netlist::{parse_bytes, ParseOptions};
+use cfctl::plan::{CheckVerdict, KeyDiff, KeyPlan, PlanLimits};
+use cfctl::store::{ListKind, NewEntry, Store};
 use filter_core::{CuckooFilter, NetKey};
 use ipnet::IpNet;
-use userspace::blocklist::{parse_bytes, ParseOptions};
-use userspace::plan::{CheckVerdict, KeyDiff, KeyPlan, PlanLimits};
-use userspace::store::{ListKind, NewEntry, Store};
 
 const SEED: u64 = 0x5eed;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
-use common::cfctl::attached;
+use common::cli::attached;
 use common::feed_server::{Answer, FeedServer};
 use common::netns::check_traffic;
 
@@ -413,7 +413,7 @@ fn stream(new: &[(&str, &str)]) -> String {
 /// each opening and closing).
 #[test]
 fn a_pull_that_changes_nothing_opens_the_store_once() {
-    let cfctl = common::cfctl::Cfctl::new("crowdsec-quiet");
+    let cfctl = common::cli::Cfctl::new("crowdsec-quiet");
     cfctl.ok(&["add", "198.18.160.1"]);
     let lapi = FeedServer::start(Answer::List(stream(&[])));
     let dir = tempfile::tempdir().expect("a directory for the key");
@@ -446,7 +446,7 @@ fn a_pull_that_changes_nothing_opens_the_store_once() {
         events
             .filter(|event| {
                 event.mask.contains(inotify::EventMask::OPEN)
-                    && event.name == Some(std::ffi::OsStr::new(userspace::store::Store::FILE_NAME))
+                    && event.name == Some(std::ffi::OsStr::new(cfctl::store::Store::FILE_NAME))
             })
             .count()
     });
@@ -562,7 +562,7 @@ fn a_lapi_no_longer_followed_takes_its_decisions_with_it() {
 }
 
 /// The networks `cfctl` lists for source crowdsec, sorted.
-fn crowdsec_nets(cfctl: &common::cfctl::Cfctl) -> Vec<String> {
+fn crowdsec_nets(cfctl: &common::cli::Cfctl) -> Vec<String> {
     let entries = cfctl.json(&["list", "--source", "crowdsec"]);
     let mut nets: Vec<String> = entries
         .as_array()
@@ -663,7 +663,7 @@ fn a_lapi_requiring_client_certificates_serves_the_agent_with_one_only() {
 /// import`), then one agent's first pull. Prints what the agent logs for
 /// it: the pull (request, answer, JSON) and the apply (the change to the
 /// store and the live filter), in seconds. Run it alone:
-/// `flock /tmp/cfxdp-kernel.lock cargo test -p userspace --release --test
+/// `flock /tmp/cfxdp-kernel.lock cargo test -p cfctl --release --test
 /// crowdsec -- --ignored --nocapture one_pull_of_100k`.
 #[test]
 #[ignore = "a benchmark; prints its numbers"]
@@ -711,13 +711,13 @@ fn one_pull_of_100k_decisions() {
 /// program on a frame from that address (BPF_PROG_TEST_RUN, every
 /// millisecond) until it drops; prints the time from cscli's return to
 /// the first drop, and the median and maximum of the repetitions. Run it alone:
-/// `flock /tmp/cfxdp-kernel.lock cargo test -p userspace --release --test
+/// `flock /tmp/cfxdp-kernel.lock cargo test -p cfctl --release --test
 /// crowdsec -- --ignored --nocapture ban_to_drop`.
 #[test]
 #[ignore = "a benchmark; prints its numbers"]
 fn ban_to_drop_latency() {
+    use cfctl::xdp::test_run::XdpAction;
     use std::time::{Duration, Instant};
-    use userspace::xdp::test_run::XdpAction;
     const REPETITIONS: u8 = 15;
     let lapi = Lapi::start();
     let (_network, cfctl) = attached(159, "crowdsec-latency", "1000", "skb");

@@ -9,10 +9,10 @@ use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use cfctl::device::{DeviceClient, DeviceError, LinkTiming};
 use filter_core::protocol::{
     self, Envelope, Error, FrameError, FrameReader, Item, Request, Response, MAX_FRAME_LEN, NO_ID,
 };
-use userspace::device::{DeviceClient, DeviceError, LinkTiming};
 
 /// The fake device's true answer to checking `k`.
 fn truth(k: u64) -> bool {

@@ -1,5 +1,5 @@
 //! End to end on QEMU: boots the `mps2-an386` firmware image with UART0 on a
-//! unix socket and drives it through [`userspace::device::DeviceClient`]:
+//! unix socket and drives it through [`cfctl::device::DeviceClient`]:
 //! the cross-target test vectors, a blocklist pushed as a snapshot, 10,000
 //! checks compared with filter-core on the host, deletes, damaged frames and
 //! a damaged snapshot that must change nothing, a save, and the decoded
@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use common::qemu::{firmware_elf, firmware_elf_with_fault_triggers, repo_root, Qemu};
 use common::serial_line::{Faults, SerialLine};
 
+use cfctl::device::{DeviceClient, DeviceError, LinkTiming};
 use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, Response};
 use filter_core::StaticCuckooFilter;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use userspace::device::{DeviceClient, DeviceError, LinkTiming};
 
 /// The device's filter shape (firmware/boards/qemu-mps2/src/main.rs).
 type HostFilter = StaticCuckooFilter<u16, 4, 8192>;

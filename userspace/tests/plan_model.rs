@@ -5,13 +5,13 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use filter_core::NetKey;
-use ipnet::IpNet;
-use proptest::prelude::*;
-use userspace::plan::{
+use cfctl::plan::{
     choose_lengths, family_of, ActiveLengths, CheckVerdict, KeyPlan, PlanError, PlanLimits,
     RebuildReason,
 };
+use filter_core::NetKey;
+use ipnet::IpNet;
+use proptest::prelude::*;
 
 const V4_BASE: u32 = 0xc612_0000; // 198.18.0.0/15
 const V6_BASE: u128 = 0x2001_0db8 << 96; // 2001:db8::/32

@@ -9,7 +9,7 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::cfctl::{expect_one_error_line, Cfctl};
+use common::cli::{expect_one_error_line, Cfctl};
 use common::netns::TestNetwork;
 
 /// A small tmpfs mounted over a directory (mode 0700), unmounted on drop.

@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use cfctl::netlist::{parse_bytes, ParseOptions};
+use cfctl::store::{FilterSettings, ListKind, NewEntry, Store, StoreError};
+use cfctl::{MatchAddress, Mode, Policy};
 use ipnet::IpNet;
-use userspace::blocklist::{parse_bytes, ParseOptions};
-use userspace::store::{FilterSettings, ListKind, NewEntry, Store, StoreError};
-use userspace::{MatchAddress, Mode, Policy};
 
 fn net(text: &str) -> IpNet {
     text.parse().unwrap()

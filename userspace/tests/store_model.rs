@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cfctl::store::{ListKind, NewEntry, Store};
 use ipnet::{IpNet, Ipv4Net};
 use proptest::prelude::*;
-use userspace::store::{ListKind, NewEntry, Store};
 
 const SOURCES: [&str; 3] = ["cli", "file:a", "feed:b"];
 /// The networks the operations draw from: a few overlap the base list.

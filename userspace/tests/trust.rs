@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::cfctl::{attached, expect_one_error_line, Cfctl};
+use common::cli::{attached, expect_one_error_line, Cfctl};
 use common::netns::TestNetwork;
 
 /// `command` as one line for `sh -c`, every word single-quoted.
@@ -317,7 +317,7 @@ fn a_waiting_cfctl_says_who_holds_the_store() {
     use std::io::{BufRead, BufReader};
     let cfctl = Cfctl::new("waiting");
     cfctl.ok(&["add", "198.18.8.0/24"]);
-    let store = userspace::store::Store::open(cfctl.state_dir()).expect("holding the store");
+    let store = cfctl::store::Store::open(cfctl.state_dir()).expect("holding the store");
     let mut waiter = cfctl
         .command(&["add", "198.18.8.1"])
         .stderr(std::process::Stdio::piped())
@@ -351,7 +351,7 @@ fn state_and_pins_are_private_whatever_the_umask() {
     let cfctl = Cfctl::new("umask");
     let state_dir = cfctl.state_dir().join("fresh");
     let under_umask_000 = |args: &[&str]| {
-        let mut command = common::cfctl::binary();
+        let mut command = common::cli::binary();
         command.arg("--pin-dir").arg(cfctl.pin_dir());
         command.arg("--state-dir").arg(&state_dir);
         command.args(args);
@@ -378,7 +378,7 @@ fn state_and_pins_are_private_whatever_the_umask() {
             assert_eq!(mode(&pin) & 0o077, 0, "{} is open to others", pin.display());
         }
     }
-    let detach = common::cfctl::binary()
+    let detach = common::cli::binary()
         .arg("--pin-dir")
         .arg(cfctl.pin_dir())
         .arg("--state-dir")
@@ -574,7 +574,7 @@ fn a_damaged_store_is_named_with_the_way_to_recover_and_changes_no_filter() {
 /// The live filter's fingerprint count, read from the pinned maps (cfctl
 /// status needs the store).
 fn keys_of(cfctl: &Cfctl) -> serde_json::Value {
-    let mut live = userspace::xdp::PinDir::new(cfctl.pin_dir())
+    let mut live = cfctl::xdp::PinDir::new(cfctl.pin_dir())
         .open()
         .expect("the pinned maps")
         .expect("a pinned program");
@@ -586,12 +586,12 @@ fn keys_of(cfctl: &Cfctl) -> serde_json::Value {
 /// directly, without a cfctl command that would repair anything; and
 /// whether the update mark is set.
 fn live_covers_store(cfctl: &Cfctl) -> (bool, bool) {
-    use userspace::plan::{KeyPlan, PlanLimits};
-    use userspace::store::{ListKind, Store};
+    use cfctl::plan::{KeyPlan, PlanLimits};
+    use cfctl::store::{ListKind, Store};
     let store = Store::open(cfctl.state_dir()).expect("opening the store");
     let nets = store.nets(ListKind::Blocklist).expect("the stored entries");
     drop(store);
-    let mut live = userspace::xdp::PinDir::new(cfctl.pin_dir())
+    let mut live = cfctl::xdp::PinDir::new(cfctl.pin_dir())
         .open()
         .expect("the pinned maps")
         .expect("a pinned program");
@@ -859,7 +859,7 @@ fn a_pinned_filter_belongs_to_one_store() {
     let before = live_keys();
     let other = tempfile::tempdir().expect("another state directory");
     let mistyped = |args: &[&str]| {
-        let mut command = common::cfctl::binary();
+        let mut command = common::cli::binary();
         command.arg("--pin-dir").arg(cfctl.pin_dir());
         command.arg("--state-dir").arg(other.path().join("typo"));
         command.args(args);
@@ -1030,13 +1030,13 @@ fn attach_and_status_errors_say_what_to_do() {
 fn set_pinned_abi_version(pin_dir: &Path, version: u32) {
     use std::os::fd::AsFd;
     let config = aya::maps::MapData::from_pin(pin_dir.join("CONFIG")).expect("the config map");
-    let memory = userspace::xdp::mapped::MappedMap::new(
+    let memory = cfctl::xdp::mapped::MappedMap::new(
         config.fd().as_fd(),
-        std::mem::size_of::<blocklist_ebpf::Config>(),
+        std::mem::size_of::<cfxdp::Config>(),
     )
     .expect("mapping the config");
     memory
-        .atomic_u32(std::mem::offset_of!(blocklist_ebpf::Config, abi_version))
+        .atomic_u32(std::mem::offset_of!(cfxdp::Config, abi_version))
         .expect("the version field")
         .store(version, std::sync::atomic::Ordering::SeqCst);
 }

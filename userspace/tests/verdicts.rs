@@ -9,8 +9,13 @@ mod common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use blocklist_ebpf::packet::MAX_VLAN_TAGS;
-use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
+use cfctl::plan::{ActiveLengths, KeyDiff, KeyPlan, PlanLimits};
+use cfctl::xdp::maps::filter_profile;
+use cfctl::xdp::test_run::XdpAction::{Drop, Pass};
+use cfctl::xdp::{FilterProgram, FilterTable, LoadOptions, XdpError};
+use cfctl::{Family, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy};
+use cfxdp::packet::MAX_VLAN_TAGS;
+use cfxdp::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use common::{
     blocklist_with, expect_verdict, family_of, net, require_root, udp_frame, Tags, DESTINATION_MAC,
     SOURCE_MAC, TAG_PROTOCOLS, TARGET_V4,
@@ -18,11 +23,6 @@ use common::{
 use etherparse::{EtherType, Ethernet2Header};
 use filter_core::{AddressFamily, CuckooFilter, NetKey};
 use ipnet::IpNet;
-use userspace::plan::{ActiveLengths, KeyDiff, KeyPlan, PlanLimits};
-use userspace::xdp::maps::filter_profile;
-use userspace::xdp::test_run::XdpAction::{Drop, Pass};
-use userspace::xdp::{Blocklist, FilterTable, LoadOptions, XdpError};
-use userspace::{Family, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 
 /// The plan of `entries` with the default limits.
 fn plan_of(entries: &[IpNet]) -> KeyPlan {
@@ -38,7 +38,7 @@ fn v6(text: &str) -> IpAddr {
 }
 
 /// Checks one UDP frame from `source` with `tags`.
-fn check(blocklist: &Blocklist, source: IpAddr, tags: Tags, listed: bool) {
+fn check(blocklist: &FilterProgram, source: IpAddr, tags: Tags, listed: bool) {
     let (action, outcome) = if listed {
         (Drop, Outcome::Dropped)
     } else {
@@ -368,7 +368,7 @@ fn destination_match_mode() {
         match_address: MatchAddress::Destination,
         ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 100).expect("a small filter")
     };
-    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     blocklist
         .live()
         .install(&plan_of(&[net(IpAddr::V4(TARGET_V4), 32)]), options.seed)
@@ -383,7 +383,7 @@ fn every_filter_shape_loads_and_matches() {
     require_root();
     for shape in FilterShape::ALL {
         let options = LoadOptions::for_capacity(shape, 100).expect("a small filter");
-        let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+        let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
         blocklist
             .live()
             .install(&plan_of(&[net(v4("198.18.3.0"), 24)]), options.seed)
@@ -444,7 +444,7 @@ fn v6_bit(block: u32, length_index: u8) -> PrefilterBit {
 
 /// Makes the live table and profile live again with `prefilter` instead of
 /// the prefilter of its keys.
-fn reinstall_with(blocklist: &mut Blocklist, prefilter: &Prefilter) {
+fn reinstall_with(blocklist: &mut FilterProgram, prefilter: &Prefilter) {
     let maps = blocklist.maps_mut();
     let profile = maps.live_profile();
     let table = maps.live_table_map().expect("the live table");
@@ -602,7 +602,7 @@ fn nets(texts: &[&str]) -> Vec<IpNet> {
 /// the order that keeps listed keys listed: bits to set, inserts, removes,
 /// bits to clear. Swapping the lists writes the reverse diff.
 fn write_diff(
-    blocklist: &mut Blocklist,
+    blocklist: &mut FilterProgram,
     set_bits: &[PrefilterBit],
     insert: &[NetKey],
     remove: &[NetKey],
@@ -626,7 +626,7 @@ fn write_diff(
     maps.clear_prefilter_bits(clear_bits);
 }
 
-fn apply(blocklist: &mut Blocklist, diff: &KeyDiff) {
+fn apply(blocklist: &mut FilterProgram, diff: &KeyDiff) {
     write_diff(
         blocklist,
         &diff.set_bits,

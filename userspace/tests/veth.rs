@@ -12,29 +12,29 @@ mod common;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 
-use blocklist_ebpf::packet::MAX_VLAN_TAGS;
+use cfctl::plan::{KeyPlan, PlanLimits};
+use cfctl::xdp::program::{attach_pinned_program, detach_pinned};
+use cfctl::xdp::{AttachMode, FilterMaps, FilterProgram, LoadOptions};
+use cfctl::{Family, FilterShape, Mode, Outcome};
+use cfxdp::packet::MAX_VLAN_TAGS;
 use common::netns::{
     check_traffic, ensure_bpffs, receive_until_marker, wait_until_the_path_carries, PinDir,
     TestNetwork, DATAGRAMS, PINGS, PORT,
 };
 use common::{net, require_root, TAG_PROTOCOLS};
-use userspace::plan::{KeyPlan, PlanLimits};
-use userspace::xdp::program::{attach_pinned_program, detach_pinned};
-use userspace::xdp::{AttachMode, Blocklist, BlocklistMaps, LoadOptions};
-use userspace::{Family, FilterShape, Mode, Outcome};
 
-fn dropped(maps: &BlocklistMaps, family: Family) -> u64 {
+fn dropped(maps: &FilterMaps, family: Family) -> u64 {
     maps.counters()
         .expect("reading counters")
         .get(Outcome::Dropped, family)
         .packets
 }
 
-fn listing_blocklist(network: &TestNetwork) -> Blocklist {
+fn listing_blocklist(network: &TestNetwork) -> FilterProgram {
     require_root();
     let options =
         LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter");
-    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let entries = [net(network.v4(3), 32), net(network.v6(3), 128)];
     let plan = KeyPlan::build(entries, PlanLimits::default()).expect("a plan");
     blocklist
@@ -156,7 +156,7 @@ fn pinned_attachment_outlives_the_loader() {
     }
     // The loader is gone; the program, its maps and the link are pinned.
     check_traffic(&network, true);
-    let maps = BlocklistMaps::open_pinned(&pins.0).expect("opening the pinned maps");
+    let maps = FilterMaps::open_pinned(&pins.0).expect("opening the pinned maps");
     assert_eq!(maps.shape(), FilterShape::Fingerprint16);
     assert_eq!(
         dropped(&maps, Family::Ipv4),
@@ -195,7 +195,7 @@ fn pinned_attachment_outlives_the_loader() {
     {
         let options =
             LoadOptions::for_capacity(FilterShape::Fingerprint16, 100).expect("a small filter");
-        let mut empty = Blocklist::load(&options).expect("loading the blocklist program");
+        let mut empty = FilterProgram::load(&options).expect("loading the blocklist program");
         empty
             .take_over_pinned_link(&link_path)
             .expect("taking over the pinned link");

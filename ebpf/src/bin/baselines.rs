@@ -19,7 +19,7 @@ use aya_ebpf::{
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
-use blocklist_ebpf::{
+use cfxdp::{
     baseline_hash_key,
     packet::{parse, Direction, Frame},
     BaselineLengths,

@@ -45,7 +45,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::blocklist::ListFormat;
+use crate::netlist::ListFormat;
 use crate::store::ListKind;
 use crate::text::{excerpt, parse_duration, Escaped};
 

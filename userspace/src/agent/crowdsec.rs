@@ -27,7 +27,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use super::config::{ClientCertFiles, CrowdsecConfig};
-use crate::blocklist;
+use crate::netlist;
 use crate::store::{unix_seconds, CrowdsecDecision, CrowdsecState, NewEntry};
 use crate::text::{self, excerpt, MAX_COMMENT_BYTES};
 
@@ -305,11 +305,11 @@ fn network(config: &CrowdsecConfig, decision: &Decision) -> Result<IpNet, String
         )
     };
     let net = if decision.scope.eq_ignore_ascii_case("Ip") {
-        blocklist::parse_address(&decision.value)
+        netlist::parse_address(&decision.value)
             .map(IpNet::from)
             .ok_or_else(bad)?
     } else {
-        blocklist::parse_range(&decision.value).ok_or_else(bad)?
+        netlist::parse_range(&decision.value).ok_or_else(bad)?
     };
     if net.prefix_len() == 0 && !config.allow_whole_family {
         return Err(format!(
@@ -766,8 +766,8 @@ mod tests {
             comment.ends_with(&format!("... #{}", u64::MAX)),
             "{comment:?}"
         );
-        let line = blocklist::export_line(net, Some(comment));
-        let list = blocklist::parse_bytes(line.as_bytes(), "export", Default::default())
+        let line = netlist::export_line(net, Some(comment));
+        let list = netlist::parse_bytes(line.as_bytes(), "export", Default::default())
             .expect("the export line reads back");
         assert_eq!(list.entries[0].comment.as_deref(), Some(comment.as_str()));
     }

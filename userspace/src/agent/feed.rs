@@ -7,7 +7,7 @@
 use std::io::Read;
 
 use super::config::{FeedConfig, FeedLocation};
-use crate::blocklist::{self, ParseOptions, ParsedList};
+use crate::netlist::{self, ParseOptions, ParsedList};
 use crate::store::FeedState;
 
 /// What a fetch found.
@@ -149,11 +149,11 @@ fn read_bounded(
 }
 
 /// Parses a fetched body as `feed`'s list, all or nothing.
-pub fn parse(feed: &FeedConfig, bytes: &[u8]) -> Result<ParsedList, blocklist::ListError> {
+pub fn parse(feed: &FeedConfig, bytes: &[u8]) -> Result<ParsedList, netlist::ListError> {
     let options = ParseOptions {
         format: feed.format,
         max_entries: feed.max_entries,
         ..ParseOptions::default()
     };
-    blocklist::parse_bytes(bytes, &feed.source(), options)
+    netlist::parse_bytes(bytes, &feed.source(), options)
 }

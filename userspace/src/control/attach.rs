@@ -22,7 +22,7 @@ use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
 use crate::store::{FilterSettings, ListKind};
 use crate::xdp::pins::{interface_index, interface_mtu};
-use crate::xdp::{AttachMode, Blocklist, LiveFilter, LoadOptions, PinDir, XdpError};
+use crate::xdp::{AttachMode, FilterProgram, LiveFilter, LoadOptions, PinDir, XdpError};
 use crate::{MalformedAction, Mode};
 
 impl Control {
@@ -153,13 +153,13 @@ impl Control {
     /// Loads a program for `settings` filled with `plan` and the stored
     /// allowlist, moves every pinned link to it, and pins it in place of
     /// the old one; it counts into `counters` if given (see
-    /// [`Blocklist::load_counting_into`]).
+    /// [`FilterProgram::load_counting_into`]).
     fn install_program(
         &self,
         settings: &FilterSettings,
         plan: &KeyPlan,
         counters: Option<&MapData>,
-    ) -> Result<Blocklist> {
+    ) -> Result<FilterProgram> {
         let mut blocklist = self.load_filled(settings, plan, counters)?;
         for (_, link) in self.pins.links() {
             blocklist.take_over_pinned_link(&link)?;
@@ -181,7 +181,7 @@ impl Control {
         settings: &FilterSettings,
         plan: &KeyPlan,
         counters: Option<&MapData>,
-    ) -> Result<Blocklist> {
+    ) -> Result<FilterProgram> {
         let shape = shape_of(settings)?;
         let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
         let options = LoadOptions {
@@ -201,8 +201,8 @@ impl Control {
             return Err(WayOut::LargerCapacity.full(full));
         }
         let mut blocklist = match counters {
-            Some(counters) => Blocklist::load_counting_into(&options, counters)?,
-            None => Blocklist::load(&options)?,
+            Some(counters) => FilterProgram::load_counting_into(&options, counters)?,
+            None => FilterProgram::load(&options)?,
         };
         let live = blocklist.live();
         live.install(plan, settings.seed)

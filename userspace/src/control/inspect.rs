@@ -45,8 +45,8 @@ impl Control {
         };
         if let Some((mut live, same_store)) = self.live()? {
             let limits = PlanLimits {
-                ipv4_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
-                ipv6_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
+                ipv4_lengths: cfxdp::MAX_PREFIX_LENGTHS,
+                ipv6_lengths: cfxdp::MAX_PREFIX_LENGTHS,
                 max_keys: u64::MAX,
             };
             let probes = KeyPlan::with_lengths([], live.lengths(), limits)?.probe_keys(address);

@@ -40,7 +40,7 @@ use foldhash::{HashSet, HashSetExt};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 
-use blocklist_ebpf::prefilter::PrefilterBit;
+use cfxdp::prefilter::PrefilterBit;
 use filter_core::AddressFamily;
 use ipnet::{IpNet, Ipv6Net};
 

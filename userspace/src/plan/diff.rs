@@ -1,8 +1,8 @@
 //! The diff of one plan update ([`KeyDiff`]) and the reference counts of
 //! the block prefilter's bits ([`BitReferences`]) it is computed from.
 
-use blocklist_ebpf::prefilter::{key_bits, PrefilterBit, PREFILTER_BLOCKS};
-use blocklist_ebpf::MAX_PREFIX_LENGTHS;
+use cfxdp::prefilter::{key_bits, PrefilterBit, PREFILTER_BLOCKS};
+use cfxdp::MAX_PREFIX_LENGTHS;
 use filter_core::{AddressFamily, NetKey};
 use foldhash::HashSet;
 

@@ -27,8 +27,8 @@ impl Default for PlanLimits {
     /// The data plane's probe budget for both families, [`DEFAULT_MAX_KEYS`].
     fn default() -> Self {
         Self {
-            ipv4_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
-            ipv6_lengths: blocklist_ebpf::MAX_PREFIX_LENGTHS,
+            ipv4_lengths: cfxdp::MAX_PREFIX_LENGTHS,
+            ipv6_lengths: cfxdp::MAX_PREFIX_LENGTHS,
             max_keys: DEFAULT_MAX_KEYS,
         }
     }

@@ -40,7 +40,7 @@
 //! # The block prefilter
 //!
 //! The XDP program first reads, from a per-profile map of coarse address
-//! blocks (see `blocklist_ebpf::prefilter`), which active lengths have keys
+//! blocks (see `cfxdp::prefilter`), which active lengths have keys
 //! in the packet's block, and probes only those. The plan counts, for every
 //! bit of that map (a block and a length), the keys that mark it;
 //! [`KeyPlan::prefilter`] gives the full map for a new filter,
@@ -62,7 +62,7 @@ mod sharing;
 
 use std::net::IpAddr;
 
-use blocklist_ebpf::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
+use cfxdp::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
 use filter_core::{AddressFamily, NetKey};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use ipnet::IpNet;
@@ -482,7 +482,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use blocklist_ebpf::prefilter::PREFILTER_BLOCKS;
+    use cfxdp::prefilter::PREFILTER_BLOCKS;
 
     /// Active lengths four apart, so that every entry length expands to at
     /// most 8 keys.

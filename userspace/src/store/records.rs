@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::blocklist::ParsedList;
+use crate::netlist::ParsedList;
 use crate::plan::PlanLimits;
 use crate::{MalformedAction, MatchAddress, Mode, Policy};
 

@@ -11,14 +11,14 @@ use std::sync::atomic::Ordering;
 
 use aya::maps::lpm_trie::Key;
 use aya::maps::{LpmTrie, Map, MapData, MapError};
-use blocklist_ebpf::{Config, ALLOW_V4_MAP, ALLOW_V6_MAP};
+use cfxdp::{Config, ALLOW_V4_MAP, ALLOW_V6_MAP};
 use filter_core::AddressFamily;
 
-use super::maps::BlocklistMaps;
+use super::maps::FilterMaps;
 use super::{Result, XdpError};
 use crate::plan::family_of_address;
 
-impl BlocklistMaps {
+impl FilterMaps {
     /// Adds `address/prefix_len` to the allowlist.
     pub fn allow(&mut self, address: IpAddr, prefix_len: u8) -> Result<()> {
         self.update_allowlist(&[(address, prefix_len)], &[])

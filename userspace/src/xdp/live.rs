@@ -24,12 +24,12 @@
 //! changing the filter right now (a crash leaves it set; see
 //! `control::repair`).
 
-use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit};
-use blocklist_ebpf::{FilterShape, MalformedAction, Mode, Policy};
+use cfxdp::prefilter::{key_bits, Prefilter, PrefilterBit};
+use cfxdp::{FilterShape, MalformedAction, Mode, Policy};
 use filter_core::layout::locate;
 use filter_core::{CuckooFilter, NetKey};
 
-use super::maps::{filter_profile, BlocklistMaps, Counters};
+use super::maps::{filter_profile, Counters, FilterMaps};
 use super::table::{FilterTable, TableFingerprint};
 use super::{Result, XdpError};
 use crate::filter::{self, by_shape, FilterFull, TableSummary};
@@ -38,22 +38,22 @@ use crate::plan::{ActiveLengths, KeyPlan};
 /// The live filter of one blocklist program.
 #[derive(Debug)]
 pub struct LiveFilter {
-    maps: BlocklistMaps,
+    maps: FilterMaps,
 }
 
 impl LiveFilter {
     /// The live filter of `maps`.
-    pub fn new(maps: BlocklistMaps) -> Self {
+    pub fn new(maps: FilterMaps) -> Self {
         Self { maps }
     }
 
     /// The maps underneath, for the data-plane tests and diagnostics.
-    pub fn maps(&self) -> &BlocklistMaps {
+    pub fn maps(&self) -> &FilterMaps {
         &self.maps
     }
 
     /// The maps underneath, to change them directly (data-plane tests).
-    pub fn maps_mut(&mut self) -> &mut BlocklistMaps {
+    pub fn maps_mut(&mut self) -> &mut FilterMaps {
         &mut self.maps
     }
 
@@ -198,7 +198,7 @@ impl LiveFilter {
 
     /// Adds `allow` entries (address, prefix length) to the allowlist, then
     /// removes the `disallow` ones; see
-    /// [`BlocklistMaps::update_allowlist`].
+    /// [`FilterMaps::update_allowlist`].
     pub fn update_allowlist(
         &mut self,
         allow: &[(std::net::IpAddr, u8)],
@@ -219,7 +219,7 @@ impl LiveFilter {
 }
 
 fn install_as<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     plan: &KeyPlan,
     seed: u64,
 ) -> Result<()> {
@@ -232,7 +232,7 @@ fn install_as<F: TableFingerprint, const S: usize>(
 }
 
 fn insert_as<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<()> {
     let placed = match few_keys::<F, S>(maps, keys) {
@@ -265,7 +265,7 @@ fn insert_as<F: TableFingerprint, const S: usize>(
 /// Returns how many it inserted: the next one needs relocations, which may
 /// touch any bucket.
 fn place_in_candidate_buckets<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<usize> {
     let mut filter = candidate_buckets_filter::<F, S>(maps, keys)?;
@@ -277,7 +277,7 @@ fn place_in_candidate_buckets<F: TableFingerprint, const S: usize>(
 }
 
 fn remove_as<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<()> {
     if keys.is_empty() {
@@ -292,7 +292,7 @@ fn remove_as<F: TableFingerprint, const S: usize>(
 }
 
 fn contains_as<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<Vec<bool>> {
     let profile = maps.live_profile();
@@ -313,9 +313,7 @@ fn contains_as<F: TableFingerprint, const S: usize>(
         .collect())
 }
 
-fn summary_as<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
-) -> Result<TableSummary> {
+fn summary_as<F: TableFingerprint, const S: usize>(maps: &mut FilterMaps) -> Result<TableSummary> {
     Ok(TableSummary::of(&live_filter::<F, S>(
         maps,
         Occupancy::Counted,
@@ -335,7 +333,7 @@ enum Occupancy {
 /// Whether `keys` are few enough for a table mapped only in their
 /// candidate buckets' pages: one page mapped alone costs a system call and
 /// a VMA, about as much as a few dozen pages of a whole mapping.
-fn few_keys<F: TableFingerprint, const S: usize>(maps: &BlocklistMaps, keys: &[NetKey]) -> bool {
+fn few_keys<F: TableFingerprint, const S: usize>(maps: &FilterMaps, keys: &[NetKey]) -> bool {
     const TABLE_PAGES_PER_KEY: usize = 32;
     let table_pages = maps.bucket_count() * S * F::BYTES / super::mapped::page_size();
     keys.len().saturating_mul(TABLE_PAGES_PER_KEY) <= table_pages
@@ -345,7 +343,7 @@ fn few_keys<F: TableFingerprint, const S: usize>(maps: &BlocklistMaps, keys: &[N
 /// removals of `keys`: mapped in their candidate buckets' pages if they
 /// are few, else whole.
 fn filter_for_keys<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
     match few_keys::<F, S>(maps, keys) {
@@ -358,7 +356,7 @@ fn filter_for_keys<F: TableFingerprint, const S: usize>(
 /// pages of `keys`' candidate buckets: only for lookups, removals and
 /// insertions without relocations of those keys.
 fn candidate_buckets_filter<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     keys: &[NetKey],
 ) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
     let seed = maps.live_profile().seed;
@@ -375,7 +373,7 @@ fn candidate_buckets_filter<F: TableFingerprint, const S: usize>(
 
 /// The live table as a filter keyed with the live seed.
 fn live_filter<F: TableFingerprint, const S: usize>(
-    maps: &mut BlocklistMaps,
+    maps: &mut FilterMaps,
     occupancy: Occupancy,
 ) -> Result<CuckooFilter<F, S, FilterTable<F, S>>> {
     let seed = maps.live_profile().seed;

@@ -159,11 +159,11 @@ pub unsafe trait PlainData: Copy {}
 
 // SAFETY: #[repr(C)] integer structs whose sizes the ABI crate asserts to be
 // free of padding.
-unsafe impl PlainData for blocklist_ebpf::Config {}
+unsafe impl PlainData for cfxdp::Config {}
 // SAFETY: as above.
-unsafe impl PlainData for blocklist_ebpf::LocateReport {}
+unsafe impl PlainData for cfxdp::LocateReport {}
 // SAFETY: as above.
-unsafe impl PlainData for blocklist_ebpf::BaselineLengths {}
+unsafe impl PlainData for cfxdp::BaselineLengths {}
 
 /// A single-element mmapable array viewed as one `T`.
 #[derive(Debug)]

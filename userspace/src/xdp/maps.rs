@@ -1,4 +1,4 @@
-//! The maps of a loaded or pinned blocklist ([`BlocklistMaps`]): the
+//! The maps of a loaded or pinned blocklist ([`FilterMaps`]): the
 //! mmapped config with its two profiles, the outer map of filter tables
 //! and the atomic swap between them, and the per-CPU counters. The block
 //! prefilter and the allowlist tries are in their own modules
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use aya::maps::{ArrayOfMaps, Map, MapData, MapError, PerCpuArray};
 use aya::Ebpf;
-use blocklist_ebpf::prefilter::{skip_bit, Prefilter};
-use blocklist_ebpf::{
+use cfxdp::prefilter::{skip_bit, Prefilter};
+use cfxdp::{
     counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
     Outcome, Policy, Setting, ABI_VERSION, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
     MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
@@ -106,7 +106,7 @@ impl Counters {
 
 /// The maps of a loaded or pinned blocklist.
 #[derive(Debug)]
-pub struct BlocklistMaps {
+pub struct FilterMaps {
     shape: FilterShape,
     bucket_count: usize,
     config: MappedValue<Config>,
@@ -119,7 +119,7 @@ pub struct BlocklistMaps {
     pub(super) allow_v6: Map,
 }
 
-impl BlocklistMaps {
+impl FilterMaps {
     pub(super) fn take(ebpf: &mut Ebpf, shape: FilterShape, bucket_count: usize) -> Result<Self> {
         Self::assemble(shape, Some(bucket_count), |name| {
             ebpf.take_map(name).ok_or(XdpError::MissingMap(name))
@@ -207,7 +207,7 @@ impl BlocklistMaps {
     }
 
     /// The per-CPU counter map, to hand to a program that takes over
-    /// ([`Blocklist::load_counting_into`]).
+    /// ([`FilterProgram::load_counting_into`]).
     pub fn counters_map(&self) -> Result<&MapData> {
         match &self.counters {
             Map::PerCpuArray(data) => Ok(data),

@@ -8,8 +8,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`program`] | loading the object ([`Blocklist`]), attaching, links, test runs |
-//! | [`maps`] | the maps of a program ([`BlocklistMaps`]): config, profiles, the atomic table swap, counters |
+//! | [`program`] | loading the object ([`FilterProgram`]), attaching, links, test runs |
+//! | [`maps`] | the maps of a program ([`FilterMaps`]): config, profiles, the atomic table swap, counters |
 //! | [`prefilter`] | the block prefilter's bits in the live profile |
 //! | [`allowlist`] | the allowlist tries |
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
@@ -30,7 +30,7 @@
 //!   [`FilterTable`], one atomic store per slot, no syscall; the core writes
 //!   each relocation's destination before clearing its source, so no listed
 //!   key is ever absent;
-//! * **whole-filter atomic swap** ([`BlocklistMaps::install`]): build a new
+//! * **whole-filter atomic swap** ([`FilterMaps::install`]): build a new
 //!   table, put it in the idle outer slot, write the idle profile, then flip
 //!   `active_profile` with one 4-byte store. Table, seed and prefix lengths
 //!   change together for every packet; memory is doubled only while a swap
@@ -41,11 +41,11 @@
 //!
 //! Each profile also owns a block [`Prefilter`] (one element of the
 //! mmapped `PREFILTERS` array), which the program checks before the first
-//! probe. [`BlocklistMaps::install`] writes the idle profile's block bytes
+//! probe. [`FilterMaps::install`] writes the idle profile's block bytes
 //! before the flip, so they swap with the table and its lengths; on the
-//! live profile, [`BlocklistMaps::mark_keys`],
-//! [`BlocklistMaps::set_prefilter_bits`] and
-//! [`BlocklistMaps::clear_prefilter_bits`] change single bits with atomic
+//! live profile, [`FilterMaps::mark_keys`],
+//! [`FilterMaps::set_prefilter_bits`] and
+//! [`FilterMaps::clear_prefilter_bits`] change single bits with atomic
 //! read-modify-writes. Callers set a key's bits before inserting it and
 //! clear a bit only after removing the last key that marks it (see
 //! [`crate::plan::KeyDiff`]), so a listed key is never hidden.
@@ -61,7 +61,7 @@
 //! its links; two fixed tables selected by an index would inline as well but
 //! hold twice the memory all the time.
 //!
-//! Profile slots are reused: [`BlocklistMaps::install`] waits a grace period
+//! Profile slots are reused: [`FilterMaps::install`] waits a grace period
 //! after each flip, far longer than any program run, before the idle slot
 //! can be written again. One process at a time may change a blocklist's
 //! filter (the control plane serialises its commands).
@@ -86,13 +86,13 @@ use aya::pin::PinError;
 use aya::programs::links::LinkError;
 use aya::programs::{ProgramError, XdpMode};
 use aya::EbpfError;
-use blocklist_ebpf::MAX_PREFIX_LENGTHS;
+use cfxdp::MAX_PREFIX_LENGTHS;
 use filter_core::AddressFamily;
 
 pub use live::LiveFilter;
-pub use maps::{BlocklistMaps, Counters};
+pub use maps::{Counters, FilterMaps};
 pub use pins::PinDir;
-pub use program::{Blocklist, LoadOptions};
+pub use program::{FilterProgram, LoadOptions};
 pub use table::{FilterTable, TableError};
 
 use crate::filter::FilterFull;
@@ -226,7 +226,7 @@ pub enum XdpError {
     #[error(
         "the pinned blocklist was loaded by a cfctl of another version (map and filter layout \
          {found}, this cfctl's is {})",
-        blocklist_ebpf::ABI_VERSION
+        cfxdp::ABI_VERSION
     )]
     OtherAbi {
         /// The version found (0: older than versioned layouts).

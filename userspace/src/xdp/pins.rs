@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::link_info::link_ifindex;
-use super::maps::BlocklistMaps;
-use super::program::{attach_pinned_program, detach_pinned, Blocklist, PINNED_PROGRAM};
+use super::maps::FilterMaps;
+use super::program::{attach_pinned_program, detach_pinned, FilterProgram, PINNED_PROGRAM};
 use super::{AttachMode, LiveFilter, Result, XdpError};
 
 /// Where cfctl pins its program, maps and links unless told otherwise.
@@ -95,7 +95,7 @@ impl PinDir {
             }
             return Ok(None);
         }
-        BlocklistMaps::open_pinned(&self.path).map(|maps| Some(LiveFilter::new(maps)))
+        FilterMaps::open_pinned(&self.path).map(|maps| Some(LiveFilter::new(maps)))
     }
 
     /// Makes sure the directory can hold pins (see the module
@@ -133,7 +133,7 @@ impl PinDir {
     }
 
     /// Pins `blocklist`'s program and maps here.
-    pub fn pin(&self, blocklist: &mut Blocklist) -> Result<()> {
+    pub fn pin(&self, blocklist: &mut FilterProgram) -> Result<()> {
         blocklist.pin(&self.path)
     }
 

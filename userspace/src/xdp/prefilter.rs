@@ -9,12 +9,12 @@ use std::collections::HashSet;
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use blocklist_ebpf::prefilter::{key_bits, Prefilter, PrefilterBit, PREFILTER_BLOCKS};
+use cfxdp::prefilter::{key_bits, Prefilter, PrefilterBit, PREFILTER_BLOCKS};
 use filter_core::{AddressFamily, NetKey};
 
-use super::maps::BlocklistMaps;
+use super::maps::FilterMaps;
 
-impl BlocklistMaps {
+impl FilterMaps {
     /// Offset in the prefilter mapping of profile `slot`'s block bytes of
     /// `family`.
     fn prefilter_offset(slot: usize, family: AddressFamily) -> usize {
@@ -72,7 +72,7 @@ impl BlocklistMaps {
     }
 
     /// Sets the prefilter bits of `keys` (see
-    /// [`blocklist_ebpf::prefilter::key_bits`]) in the live profile's
+    /// [`cfxdp::prefilter::key_bits`]) in the live profile's
     /// prefilter. Call before inserting the keys.
     pub fn mark_keys(&self, keys: &[NetKey]) {
         let profile = self.live_profile();

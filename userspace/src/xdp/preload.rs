@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aya::maps::MapData;
-use blocklist_ebpf::PROFILE_COUNT;
+use cfxdp::PROFILE_COUNT;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;

@@ -1,4 +1,4 @@
-//! Loading the blocklist object and its program ([`Blocklist`]),
+//! Loading the `cfxdp` object and its program ([`FilterProgram`]),
 //! attaching it to interfaces directly or with pinned BPF links, moving a
 //! pinned link to another program with no gap, and running the program on
 //! a frame with `BPF_PROG_TEST_RUN` (verdict tests, the locate diagnostic).
@@ -18,23 +18,22 @@ use aya::programs::xdp::XdpLink;
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
-use blocklist_ebpf::prefilter::Prefilter;
-use blocklist_ebpf::{
+use cfxdp::prefilter::Prefilter;
+use cfxdp::{
     FilterShape, LocateReport, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, COUNTERS_MAP,
     DEFAULT_ALLOWLIST_ENTRIES, LOCATE_MAP, LOCATE_PROGRAM, MATCH_DESTINATION_GLOBAL,
 };
 
 use super::mapped::{MappedValue, PlainData};
-use super::maps::{filter_profile, BlocklistMaps};
+use super::maps::{filter_profile, FilterMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError};
 use super::test_run::{run_xdp, TestRun};
 use super::{AttachMode, LiveFilter, Result, XdpError};
 use crate::plan::ActiveLengths;
 
-/// The compiled `blocklist` eBPF object.
-static BLOCKLIST_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/blocklist"));
+/// The compiled `cfxdp` eBPF object.
+static CFXDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cfxdp"));
 
 /// Name of the pinned program in a pin directory.
 pub const PINNED_PROGRAM: &str = "program";
@@ -70,14 +69,14 @@ impl LoadOptions {
 
 /// A loaded blocklist program and its maps.
 #[derive(Debug)]
-pub struct Blocklist {
+pub struct FilterProgram {
     ebpf: Ebpf,
     shape: FilterShape,
     live: LiveFilter,
     locate: Option<MappedValue<LocateReport>>,
 }
 
-impl Blocklist {
+impl FilterProgram {
     /// Loads the object and the program for `options.shape`, and makes an
     /// empty table of `options.bucket_count` buckets live (no prefix
     /// lengths: nothing is listed).
@@ -86,7 +85,7 @@ impl Blocklist {
     }
 
     /// Like [`Self::load`], but the new program counts into `counters`, the
-    /// counter map of another blocklist ([`BlocklistMaps::counters_map`]).
+    /// counter map of another blocklist ([`FilterMaps::counters_map`]).
     /// A program that takes over from another one (a resize) goes on
     /// counting where the old one stopped: while the links switch over,
     /// both programs add to the same per-CPU values, so no packet is lost
@@ -121,13 +120,13 @@ impl Blocklist {
             })?;
             loader.map_pin_path(COUNTERS_MAP, pin);
         }
-        let mut ebpf = loader.load(BLOCKLIST_OBJECT)?;
+        let mut ebpf = loader.load(CFXDP_OBJECT)?;
         drop(bpffs);
         let name = options.shape.program();
         xdp_mut(&mut ebpf, name)?
             .load()
             .map_err(|source| XdpError::Program { name, source })?;
-        let mut maps = BlocklistMaps::take(&mut ebpf, options.shape, options.bucket_count)?;
+        let mut maps = FilterMaps::take(&mut ebpf, options.shape, options.bucket_count)?;
         maps.stamp_abi_version();
         let profile = filter_profile(
             options.seed,
@@ -149,12 +148,12 @@ impl Blocklist {
     }
 
     /// The maps.
-    pub fn maps(&self) -> &BlocklistMaps {
+    pub fn maps(&self) -> &FilterMaps {
         self.live.maps()
     }
 
     /// The maps, to change them.
-    pub fn maps_mut(&mut self) -> &mut BlocklistMaps {
+    pub fn maps_mut(&mut self) -> &mut FilterMaps {
         self.live.maps_mut()
     }
 
@@ -163,7 +162,7 @@ impl Blocklist {
     }
 
     /// Attaches the program to interface `if_index`; the attachment lasts
-    /// as long as this `Blocklist` (or until [`Self::detach`]).
+    /// as long as this `FilterProgram` (or until [`Self::detach`]).
     pub fn attach(
         &mut self,
         if_index: u32,
@@ -217,7 +216,7 @@ impl Blocklist {
         Ok(())
     }
 
-    /// Pins the maps (see [`BlocklistMaps::pin`]) and the program (as
+    /// Pins the maps (see [`FilterMaps::pin`]) and the program (as
     /// `program`) in `dir`, an existing directory on a bpffs.
     pub fn pin(&mut self, dir: &Path) -> Result<()> {
         self.live.maps().pin(dir)?;

@@ -26,7 +26,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 use aya::maps::{MapData, MapError};
-use blocklist_ebpf::FILTER_TABLE_FLAGS;
+use cfxdp::FILTER_TABLE_FLAGS;
 use filter_core::{BucketStorage, Fingerprint};
 
 use super::mapped::{page_size, MappedMap};

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use super::cfctl::Cfctl;
+use super::cli::Cfctl;
 
 /// A port on 127.0.0.1 that nothing listens on now.
 pub fn free_port() -> u16 {

@@ -1,13 +1,13 @@
 //! Helpers shared by the integration tests: the root check, frames built
 //! with etherparse, keys, and the counter check; test networks
-//! ([`netns`]), the cfctl binary ([`cfctl`]), the QEMU firmware
+//! ([`netns`]), the cfctl binary ([`cli`]), the QEMU firmware
 //! ([`qemu`]) and a serial line in front of it ([`serial_line`]), and raw
 //! frames sent from a namespace ([`raw_frames`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod agent;
-pub mod cfctl;
+pub mod cli;
 pub mod feed_server;
 pub mod netns;
 pub mod qemu;
@@ -16,14 +16,14 @@ pub mod serial_line;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use blocklist_ebpf::Counter;
+use cfctl::plan::{KeyPlan, PlanLimits};
+use cfctl::xdp::test_run::XdpAction;
+use cfctl::xdp::{Counters, FilterProgram, LoadOptions};
+use cfctl::{Family, FilterShape, Outcome, Setting};
+use cfxdp::Counter;
 use etherparse::{ip_number, IpHeaders, Ipv4Header, Ipv6Header, PacketBuilder, VlanId};
 use filter_core::NetKey;
 use ipnet::IpNet;
-use userspace::plan::{KeyPlan, PlanLimits};
-use userspace::xdp::test_run::XdpAction;
-use userspace::xdp::{Blocklist, Counters, LoadOptions};
-use userspace::{Family, FilterShape, Outcome, Setting};
 
 /// Fails the test, with a clear message, unless it runs as root (loading
 /// BPF programs needs it; CI runs as root).
@@ -140,14 +140,14 @@ pub fn net(address: IpAddr, prefix_len: u8) -> IpNet {
 /// A loaded blocklist with 16-bit fingerprints, `BUCKETS` buckets, `SEED`,
 /// listing `entries` as the control plane lists them: planned with the
 /// default limits and installed as a whole table.
-pub fn blocklist_with(entries: &[IpNet]) -> Blocklist {
+pub fn blocklist_with(entries: &[IpNet]) -> FilterProgram {
     require_root();
     let options = LoadOptions {
         seed: SEED,
         bucket_count: BUCKETS,
         ..LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter")
     };
-    let mut blocklist = Blocklist::load(&options).expect("loading the blocklist program");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let plan = KeyPlan::build(entries.iter().copied(), PlanLimits::default()).expect("a plan");
     blocklist
         .live()
@@ -160,7 +160,7 @@ pub fn blocklist_with(entries: &[IpNet]) -> Blocklist {
 /// exactly the counter of `outcome`/`family` went up by one packet of the
 /// frame's length.
 pub fn expect_verdict(
-    blocklist: &Blocklist,
+    blocklist: &FilterProgram,
     frame: &[u8],
     action: XdpAction,
     outcome: Outcome,

@@ -1,13 +1,13 @@
 //! `cfctl agent`: checks the agent's configuration, or runs the agent
-//! (`userspace::agent`) with its log on standard error.
+//! (`cfctl::agent`) with its log on standard error.
 
 use std::io::IsTerminal;
 
 use anyhow::bail;
+use cfctl::agent::config::{Config, FeedLocation};
+use cfctl::agent::{self, AgentOptions};
+use cfctl::control::require_privileges;
 use serde::Serialize;
-use userspace::agent::config::{Config, FeedLocation};
-use userspace::agent::{self, AgentOptions};
-use userspace::control::require_privileges;
 
 use crate::cli::{AgentArgs, GlobalOptions};
 use crate::print;

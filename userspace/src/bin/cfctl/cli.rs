@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cfctl::control::{DirCheck, DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
+use cfctl::xdp::AttachMode;
+use cfctl::{MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use userspace::control::{DirCheck, DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
-use userspace::xdp::AttachMode;
-use userspace::{MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 
 const ABOUT: &str = "Keep an XDP cuckoo-filter blocklist (or a filter device) up to date";
 
@@ -250,7 +250,7 @@ fn setting<T: Setting + Clone + Send + Sync + 'static>() -> impl TypedValueParse
 
 /// Parses a `--timeout`: a humantime duration of at least a second.
 fn timeout(text: &str) -> Result<Duration, String> {
-    userspace::text::parse_duration(text, Duration::from_secs(1))
+    cfctl::text::parse_duration(text, Duration::from_secs(1))
 }
 
 /// Parses how the program runs on an interface: `native` or `skb`.

@@ -4,8 +4,8 @@
 use std::net::IpAddr;
 
 use anyhow::bail;
+use cfctl::control::device::DeviceControl;
 use ipnet::IpNet;
-use userspace::control::device::DeviceControl;
 
 use crate::cli::{Command, GlobalOptions};
 use crate::input::{nets_to_add, parse_address, parse_nets, read_list};

@@ -6,10 +6,10 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::Context as _;
+use cfctl::control;
+use cfctl::netlist::{self, ListFormat, ParseOptions, ParsedList};
+use cfctl::text::{self, Escaped};
 use ipnet::IpNet;
-use userspace::blocklist::{self, ListFormat, ParseOptions, ParsedList};
-use userspace::control;
-use userspace::text::{self, Escaped};
 
 use crate::cli::{FormatArg, GlobalOptions, ImportArgs};
 
@@ -18,14 +18,14 @@ pub fn parse_nets(texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
     texts
         .iter()
         .map(|given| {
-            blocklist::parse_net(given).with_context(|| format!("'{}'", text::excerpt(given)))
+            netlist::parse_net(given).with_context(|| format!("'{}'", text::excerpt(given)))
         })
         .collect()
 }
 
 /// Parses an `ADDR` argument (an IPv4-mapped one is the IPv4 address).
 pub fn parse_address(given: &str) -> anyhow::Result<IpAddr> {
-    blocklist::parse_address(given)
+    netlist::parse_address(given)
         .with_context(|| format!("'{}': not an IP address", text::excerpt(given)))
 }
 
@@ -60,9 +60,9 @@ pub fn read_list(global: &GlobalOptions, args: &ImportArgs) -> anyhow::Result<Pa
         ..ParseOptions::default()
     };
     let list = if args.file == Path::new("-") {
-        blocklist::parse_reader(std::io::stdin().lock(), "-", options)?
+        netlist::parse_reader(std::io::stdin().lock(), "-", options)?
     } else {
-        blocklist::parse_file(&args.file, options)?
+        netlist::parse_file(&args.file, options)?
     };
     for skipped in &list.skipped {
         eprintln!("cfctl: skipped {}", Escaped(&skipped.to_string()));

@@ -1,6 +1,6 @@
 //! `cfctl`: the command-line control plane of the XDP cuckoo-filter
 //! blocklist and of filter devices. Parses the command line (see `cli`),
-//! runs each command on `userspace::control` (see `xdp` and `device`),
+//! runs each command on `cfctl::control` (see `xdp` and `device`),
 //! prints the report (see `report`) and turns any error into one line on
 //! standard error and a non-zero exit status.
 
@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use cfctl::text::Escaped;
 use clap::{CommandFactory, Parser};
-use userspace::text::Escaped;
 
 use cli::{Cli, Command, GlobalOptions};
 

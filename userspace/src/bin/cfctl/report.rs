@@ -8,17 +8,17 @@ use filter_core::protocol::{Info, Stats};
 use filter_core::AddressFamily;
 use ipnet::IpNet;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
-use userspace::blocklist::export_line;
-use userspace::control::device::{DeviceDelete, DeviceImport};
-use userspace::control::{
+use cfctl::control::device::{DeviceDelete, DeviceImport};
+use cfctl::control::{
     AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, TableSummary, VerifyReport,
 };
-use userspace::text::Escaped;
-use userspace::xdp::maps::PREFILTER_BYTES;
-use userspace::{MalformedAction, MatchAddress, Setting};
+use cfctl::netlist::export_line;
+use cfctl::text::Escaped;
+use cfctl::xdp::maps::PREFILTER_BYTES;
+use cfctl::{MalformedAction, MatchAddress, Setting};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {

@@ -7,14 +7,14 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
-use userspace::control::{
+use cfctl::control::{
     self, attach, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
     EntryRecord, NoProgress, StoreUse,
 };
-use userspace::store::{ListKind, NewEntry};
-use userspace::text::{self, Escaped};
-use userspace::xdp::PinDir;
-use userspace::Setting;
+use cfctl::store::{ListKind, NewEntry};
+use cfctl::text::{self, Escaped};
+use cfctl::xdp::PinDir;
+use cfctl::Setting;
 
 use crate::cli::{
     AddArgs, AllowCommand, AttachArgs, Command, DelArgs, GlobalOptions, ImportArgs, ListArgs,

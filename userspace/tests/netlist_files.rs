@@ -7,9 +7,9 @@ use std::fs;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
+use cfctl::netlist::{parse_file, ListFormat, ParseOptions, ParsedList};
+use cfctl::plan::{KeyPlan, PlanLimits};
 use ipnet::IpNet;
-use userspace::blocklist::{parse_file, ListFormat, ParseOptions, ParsedList};
-use userspace::plan::{KeyPlan, PlanLimits};
 
 fn blocklists_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/blocklists")

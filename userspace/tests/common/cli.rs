@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use userspace::xdp::test_run::{run_xdp, XdpAction};
+use cfctl::xdp::test_run::{run_xdp, XdpAction};
 
 use super::netns::{ensure_bpffs, TestNetwork};
 use super::require_root;

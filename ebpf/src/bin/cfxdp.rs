@@ -1,7 +1,7 @@
 //! The XDP blocklist: parse the frame, take the matched address, check the
 //! allowlist and the cuckoo filter, count, return a verdict.
 //!
-//! One program per [`FilterShape`] (`blocklist_fp8`, `_fp16`, `_fp32`), all
+//! One program per [`FilterShape`] (`cfxdp_fp8`, `_fp16`, `_fp32`), all
 //! the same generic code; the loader loads the one it needs. The filter is
 //! probed with `filter-core`'s own code: [`NetKey`] for the key and its
 //! hash, [`locate`] for the fingerprint and buckets, [`buckets_contain`] on
@@ -32,7 +32,7 @@ use aya_ebpf::{
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
-use blocklist_ebpf::{
+use cfxdp::{
     counter_index,
     packet::{frame_len, parse, Direction, Frame, Ipv6Address},
     prefilter::{skip_bit, Prefilter},
@@ -84,17 +84,17 @@ static LOCATE: Array<LocateReport, 1, { BPF_F_MMAPABLE as usize }> = Array::new(
 static MATCH_DESTINATION: u8 = 0;
 
 #[xdp]
-pub fn blocklist_fp8(ctx: XdpContext) -> u32 {
+pub fn cfxdp_fp8(ctx: XdpContext) -> u32 {
     run(&ctx, &FILTERS_FP8)
 }
 
 #[xdp]
-pub fn blocklist_fp16(ctx: XdpContext) -> u32 {
+pub fn cfxdp_fp16(ctx: XdpContext) -> u32 {
     run(&ctx, &FILTERS_FP16)
 }
 
 #[xdp]
-pub fn blocklist_fp32(ctx: XdpContext) -> u32 {
+pub fn cfxdp_fp32(ctx: XdpContext) -> u32 {
     run(&ctx, &FILTERS_FP32)
 }
 

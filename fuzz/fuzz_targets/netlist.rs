@@ -10,11 +10,11 @@
 //! the entry limit, the rest is the list.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use userspace::blocklist::{
+use cfctl::netlist::{
     middle_line_start, parse_bytes, parse_in_halves, parse_net, parse_reader, ListError,
     ListFormat, ParseOptions,
 };
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, list)) = data.split_first() else {
