@@ -1,16 +1,17 @@
-//! The contract between the XDP blocklist program and its loader: map and
-//! program names, the layout of the config map, counter indices and the
-//! filter shapes the program is built for.
+//! cfxdp, cfctl's XDP data plane: the contract between the program and its
+//! loader (map and program names, the layout of the config map, counter
+//! indices and the filter shapes the program is built for), and the frame
+//! parser ([`packet`]).
 //!
 //! Everything here is plain `#[repr(C)]` data, compiled both for
 //! `bpfel-unknown-none` (the bins of this crate) and for the host (the
-//! `userspace` crate). The crate has no features on purpose: the eBPF build
+//! `cfctl` crate). The crate has no features on purpose: the eBPF build
 //! runs inside the host workspace, so a host-only feature asked for by
-//! `userspace` would be switched on for the BPF target too. The filter's own
+//! `cfctl` would be switched on for the BPF target too. The filter's own
 //! bytes (bucket layout, hash, key encoding) are defined once, in
 //! `filter-core`; this crate only adds what the maps around it look like.
 //!
-//! # Maps of the `blocklist` object
+//! # Maps of the `cfxdp` object
 //!
 //! | map                        | type              | contents                                  |
 //! |----------------------------|-------------------|-------------------------------------------|
@@ -20,11 +21,10 @@
 //! | [`COUNTERS_MAP`]           | PERCPU_ARRAY      | one [`Counter`] per (outcome, family)     |
 //! | [`ALLOW_V4_MAP`]           | LPM_TRIE          | IPv4 allowlist, `[u8; 4]` keys            |
 //! | [`ALLOW_V6_MAP`]           | LPM_TRIE          | IPv6 allowlist, `[u8; 16]` keys           |
-//! | [`LOCATE_MAP`]             | ARRAY, mmapable   | [`LocateReport`] (test-only program)      |
 //!
 //! A filter table is a `BPF_F_MMAPABLE` ARRAY whose element `i` is bucket
 //! `i` in `filter-core`'s layout, so its mmapped memory is exactly a
-//! `[[F; S]; B]` table; see `cfctl::loader` for why the filter lives in
+//! `[[F; S]; B]` table; see `cfctl::xdp` for why the filter lives in
 //! such maps.
 //!
 //! Profile `p` owns filter table `p` and prefilter `p` (per coarse block,
@@ -45,9 +45,10 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 pub const ALLOW_V4_MAP: &str = "ALLOW_V4";
 /// Name of the IPv6 allowlist (LPM trie).
 pub const ALLOW_V6_MAP: &str = "ALLOW_V6";
-/// Name of the test-only map the locate program writes.
+/// Name of the map the `locate` object's program writes (tests only).
 pub const LOCATE_MAP: &str = "LOCATE";
-/// Name of the test-only program that reports where a packet's key lives.
+/// Name of the program of the `locate` object (tests only), which reports
+/// where a packet's key lives as the data plane's code computes it.
 pub const LOCATE_PROGRAM: &str = "locate_key";
 /// Name of the read-only global that selects the matched address: 0 for
 /// the source, 1 for the destination. Set at load time.
@@ -69,76 +70,108 @@ pub const PROFILE_COUNT: usize = 2;
 /// template, so the verifier inlines bucket lookups.
 pub const FILTER_TABLE_FLAGS: usize = 1 << 10;
 
-/// A filter shape the program is built for: fingerprint width and slots per
-/// bucket. Every bucket is 8 or 16 bytes, a multiple of the 8-byte element
-/// stride of an mmapable array, so the mapped table has `filter-core`'s
-/// layout with no gaps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FilterShape {
+/// Declares every filter shape once, and from that declaration
+/// [`FilterShape`], [`by_shape!`] and [`with_each_shape!`].
+macro_rules! filter_shapes {
+    (
+        $d:tt
+        $(
+            $(#[$meta:meta])*
+            $variant:ident: $fingerprint:ty, $slots:literal, $program:ident, $outer_map:ident;
+        )*
+    ) => {
+        /// A filter shape the program is built for: fingerprint width and
+        /// slots per bucket. Every bucket is 8 or 16 bytes, a multiple of
+        /// the 8-byte element stride of an mmapable array, so the mapped
+        /// table has `filter-core`'s layout with no gaps.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum FilterShape {
+            $($(#[$meta])* $variant,)*
+        }
+
+        impl FilterShape {
+            /// Every shape.
+            pub const ALL: [FilterShape; [$(FilterShape::$variant),*].len()] =
+                [$(FilterShape::$variant),*];
+
+            /// Fingerprint width in bits.
+            pub const fn fingerprint_bits(self) -> u32 {
+                match self {
+                    $(FilterShape::$variant => <$fingerprint>::BITS,)*
+                }
+            }
+
+            /// Slots per bucket.
+            pub const fn slots(self) -> usize {
+                match self {
+                    $(FilterShape::$variant => $slots,)*
+                }
+            }
+
+            /// The XDP program probing a filter of this shape.
+            pub const fn program(self) -> &'static str {
+                match self {
+                    $(FilterShape::$variant => stringify!($program),)*
+                }
+            }
+
+            /// The ARRAY_OF_MAPS holding this shape's filter tables.
+            pub const fn outer_map(self) -> &'static str {
+                match self {
+                    $(FilterShape::$variant => stringify!($outer_map),)*
+                }
+            }
+        }
+
+        /// Calls `function::<F, S>(args)` for the fingerprint type `F` and
+        /// the slots per bucket `S` of a [`FilterShape`] known at run time.
+        #[macro_export]
+        macro_rules! by_shape {
+            ($d shape:expr, $d function:ident($d($d arg:expr),* $d(,)?)) => {
+                match $d shape {
+                    $($crate::FilterShape::$variant => $d function::<$fingerprint, $slots>($d($d arg),*),)*
+                }
+            };
+        }
+
+        /// Calls the macro `callback!` with one `(variant, fingerprint
+        /// type, slots, program, outer map)` group per shape: what the
+        /// program declares its maps and entry points with.
+        #[macro_export]
+        macro_rules! with_each_shape {
+            ($d callback:ident) => {
+                $d callback! { $(($variant, $fingerprint, $slots, $program, $outer_map))* }
+            };
+        }
+    };
+}
+
+filter_shapes! {
+    $
     /// 8-bit fingerprints, 8 slots per bucket (8-byte buckets).
-    Fingerprint8,
+    Fingerprint8: u8, 8, cfxdp_fp8, FILTERS_FP8;
     /// 16-bit fingerprints, 4 slots per bucket (8-byte buckets).
-    Fingerprint16,
+    Fingerprint16: u16, 4, cfxdp_fp16, FILTERS_FP16;
     /// 32-bit fingerprints, 4 slots per bucket (16-byte buckets).
-    Fingerprint32,
+    Fingerprint32: u32, 4, cfxdp_fp32, FILTERS_FP32;
 }
 
 impl FilterShape {
-    /// Every shape.
-    pub const ALL: [FilterShape; 3] = [
-        FilterShape::Fingerprint8,
-        FilterShape::Fingerprint16,
-        FilterShape::Fingerprint32,
-    ];
-
     /// The shape for a fingerprint width, if there is one.
     pub const fn from_bits(bits: u32) -> Option<Self> {
-        match bits {
-            8 => Some(FilterShape::Fingerprint8),
-            16 => Some(FilterShape::Fingerprint16),
-            32 => Some(FilterShape::Fingerprint32),
-            _ => None,
+        let mut index = 0;
+        while index < Self::ALL.len() {
+            if Self::ALL[index].fingerprint_bits() == bits {
+                return Some(Self::ALL[index]);
+            }
+            index += 1;
         }
-    }
-
-    /// Fingerprint width in bits.
-    pub const fn fingerprint_bits(self) -> u32 {
-        match self {
-            FilterShape::Fingerprint8 => 8,
-            FilterShape::Fingerprint16 => 16,
-            FilterShape::Fingerprint32 => 32,
-        }
-    }
-
-    /// Slots per bucket.
-    pub const fn slots(self) -> usize {
-        match self {
-            FilterShape::Fingerprint8 => 8,
-            FilterShape::Fingerprint16 | FilterShape::Fingerprint32 => 4,
-        }
+        None
     }
 
     /// Bytes per bucket.
     pub const fn bucket_bytes(self) -> usize {
         self.slots() * self.fingerprint_bits() as usize / 8
-    }
-
-    /// The XDP program probing a filter of this shape.
-    pub const fn program(self) -> &'static str {
-        match self {
-            FilterShape::Fingerprint8 => "cfxdp_fp8",
-            FilterShape::Fingerprint16 => "cfxdp_fp16",
-            FilterShape::Fingerprint32 => "cfxdp_fp32",
-        }
-    }
-
-    /// The ARRAY_OF_MAPS holding this shape's filter tables.
-    pub const fn outer_map(self) -> &'static str {
-        match self {
-            FilterShape::Fingerprint8 => "FILTERS_FP8",
-            FilterShape::Fingerprint16 => "FILTERS_FP16",
-            FilterShape::Fingerprint32 => "FILTERS_FP32",
-        }
     }
 }
 
@@ -329,6 +362,23 @@ pub struct Config {
     /// the program): a control plane of another version loads a new
     /// program rather than write into these maps.
     pub abi_version: u32,
+}
+
+impl Config {
+    /// Index of the live profile and filter slot, read once, always in
+    /// range.
+    #[inline(always)]
+    pub fn live_index(&self) -> u32 {
+        read_once(&self.active_profile) & (PROFILE_COUNT as u32 - 1)
+    }
+}
+
+/// Reads a field of map memory that userspace may change at any time,
+/// exactly once (the program's view of the config and the tables).
+#[inline(always)]
+pub fn read_once<T: Copy>(field: &T) -> T {
+    // SAFETY: `field` is a valid, aligned reference.
+    unsafe { core::ptr::read_volatile(field) }
 }
 
 /// The version of everything a loaded program and its control plane share:

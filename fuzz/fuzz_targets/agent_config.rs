@@ -1,13 +1,15 @@
 //! The agent's configuration reader on any text: never a panic; a
 //! configuration it accepts keeps every promise the agent relies on
-//! (unique feed names, refreshes of at least a second, limits of at least
-//! one); one it refuses is one line, `FILE:LINE: reason`, naming a line the
-//! text has.
+//! (sources of unique names, feeds refreshed at least once a second,
+//! limits of at least one); one it refuses is one line, `FILE:LINE:
+//! reason`, naming a line the text has.
 #![no_main]
 
+use std::collections::HashSet;
 use std::path::Path;
 
-use cfctl::agent::config::{Config, MIN_REFRESH};
+use cfctl::agent::config::Config;
+use cfctl::sources::feed::{FeedConfig, MIN_REFRESH};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -16,11 +18,13 @@ fuzz_target!(|data: &[u8]| {
     };
     match Config::parse(text, Path::new("agent.toml")) {
         Ok(config) => {
-            let mut names: Vec<&str> = config.feeds.iter().map(|feed| feed.name.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            assert_eq!(names.len(), config.feeds.len(), "two feeds share a name");
-            for feed in &config.feeds {
+            let mut names = HashSet::new();
+            for source in &config.sources {
+                let (_, name) = source.source();
+                assert!(names.insert(name.clone()), "two sources named {name}");
+                let Some(feed) = source.as_any().downcast_ref::<FeedConfig>() else {
+                    continue;
+                };
                 assert!(
                     feed.refresh >= MIN_REFRESH,
                     "{}: refresh {:?}",
@@ -33,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
                     feed.name
                 );
                 assert!(!feed.timeout.is_zero(), "{}: no timeout", feed.name);
+                assert!((0.0..=1.0).contains(&feed.max_shrink), "{}", feed.name);
             }
         }
         Err(error) => {

@@ -6,14 +6,18 @@
 //! the whole list (a line too long, too many entries), and then the strict
 //! one fails too; the list parsed in two halves at once (split at the
 //! line end after its middle, as a long list in memory is) gives what one
-//! parse of the whole gives. The first input byte picks the format and
-//! the entry limit, the rest is the list.
+//! parse of the whole gives; the agent's log line for a refused list, which
+//! quotes it, holds no control character but its line break. The first
+//! input byte picks the format and the entry limit, the rest is the list.
 #![no_main]
 
 use cfctl::netlist::{
     middle_line_start, parse_bytes, parse_in_halves, parse_net, parse_reader, ListError,
     ListFormat, ParseOptions,
 };
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -43,6 +47,9 @@ fuzz_target!(|data: &[u8]| {
         (whole, halves) => panic!("whole {whole:?}, halves {halves:?}"),
     }
     let strict = parse_bytes(list, "fuzz.txt", options(false));
+    if let Err(error) = &strict {
+        logs_escaped(error);
+    }
     let lenient = match parse_bytes(list, "fuzz.txt", options(true)) {
         Ok(lenient) => lenient,
         Err(ListError::LineTooLong { .. } | ListError::TooManyEntries { .. }) => {
@@ -74,3 +81,37 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A buffer the agent's log writes into.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("the log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Logs `error` as the agent logs a failed refresh, and checks the line.
+fn logs_escaped(error: &ListError) {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = cfctl::agent::log::subscriber(move || writer.clone(), false);
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::error!(feed = "fuzz", %error, "refresh failed; the last good list stays");
+    });
+    let line = String::from_utf8(log.0.lock().expect("the log").clone()).expect("UTF-8");
+    assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+    assert!(
+        !line
+            .trim_end_matches('\n')
+            .chars()
+            .any(|c| c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)),
+        "{line:?}"
+    );
+}

@@ -59,10 +59,13 @@ pub mod control;
 pub mod device;
 pub mod filter;
 pub mod netlist;
+pub mod paths;
 pub mod plan;
 pub mod setting_names;
+pub mod sources;
 pub mod store;
 pub mod text;
+pub mod time;
 pub mod xdp;
 
 pub use cfxdp::packet::MAX_VLAN_TAGS;

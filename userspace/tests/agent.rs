@@ -59,15 +59,15 @@ fn feed_changes_reach_the_traffic_and_an_unchanged_feed_changes_nothing() {
     // The command line keeps working beside the agent, and a source the
     // feed does not own is left alone by its refreshes.
     cfctl.ok(&["add", "198.18.140.77"]);
-    server.set(Answer::List(String::new()));
-    wait_for("the feed emptied", || !listed(&cfctl, &other));
+    server.set(Answer::List(format!("{listed_peer}\n")));
+    wait_for("the feed's third list", || !listed(&cfctl, &other));
     assert!(listed(&cfctl, "198.18.140.77"));
 
     // `cfctl status` shows the running agent and its feed; SIGTERM ends
     // the agent, and the attachment stays.
     let status = cfctl.json(&["status"]);
     assert_eq!(status["agent"]["running"], true, "{status}");
-    assert_eq!(status["agent"]["feeds"][0], "t");
+    assert_eq!(status["agent"]["sources"][0], "feed:t");
     let log = agent.log();
     assert!(log.contains("feed refreshed"), "{log}");
     assert!(agent.terminate().success());
@@ -206,9 +206,9 @@ fn sighup_takes_a_good_configuration_and_refuses_a_bad_one() {
             .is_empty()
     });
     assert!(listed(&cfctl, "198.18.145.5"), "the cli's entry stays");
-    assert!(agent.log().contains("feed no longer configured"));
+    assert!(agent.log().contains("source no longer configured"));
     let status = cfctl.json(&["status"]);
-    assert_eq!(status["agent"]["feeds"][0], "two");
+    assert_eq!(status["agent"]["sources"][0], "feed:two");
     let feeds = status["feeds"].as_array().cloned().unwrap_or_default();
     assert!(
         feeds.iter().all(|feed| feed["name"] != "one"),
@@ -445,7 +445,7 @@ fn metrics_are_served_and_parse() {
         ),
         ("cfctl_feed_up{feed=\"m\"}", 1.0),
         (
-            "cfctl_packets_total{outcome=\"dropped\",family=\"ipv4\"}",
+            "cfctl_packets_total{family=\"ipv4\",outcome=\"dropped\"}",
             1.0,
         ),
         ("cfctl_filter_fingerprints", 1.0),

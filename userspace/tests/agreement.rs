@@ -20,6 +20,8 @@ use cfctl::xdp::{FilterProgram, FilterTable, LoadOptions};
 use cfctl::FilterShape;
 use cfxdp::packet::MAX_VLAN_TAGS;
 use cfxdp::prefilter::skip_bit;
+use cfxdp::FilterProfile;
+use common::locate::Locator;
 use common::{blocklist_with, net_key, udp_frame, Tags, SEED, TAG_PROTOCOLS};
 use filter_core::layout::locate;
 use filter_core::{AddressFamily, CuckooFilter, Fingerprint, KeyHash, NetKey};
@@ -72,26 +74,15 @@ fn read_vectors() -> Vec<Vector> {
         .collect()
 }
 
-/// Makes the live profile use `seed`, `bucket_count` buckets and
-/// `prefix_len` first for the family of `address`, on the live table.
-fn set_profile(
-    blocklist: &mut FilterProgram,
-    seed: u64,
-    bucket_count: usize,
-    address: IpAddr,
-    prefix_len: u8,
-) {
+/// A profile of `seed`, `bucket_count` buckets and `prefix_len` first for
+/// the family of `address`.
+fn profile(seed: u64, bucket_count: usize, address: IpAddr, prefix_len: u8) -> FilterProfile {
     let (ipv4, ipv6) = match address {
         IpAddr::V4(_) => (vec![prefix_len], vec![]),
         IpAddr::V6(_) => (vec![], vec![prefix_len]),
     };
     let lengths = ActiveLengths::new(&ipv4, &ipv6).expect("valid lengths");
-    let profile = filter_profile(seed, bucket_count, &lengths).expect("a valid profile");
-    let maps = blocklist.maps_mut();
-    let table = maps.live_table_map().expect("the live table");
-    let prefilter = maps.live_prefilter();
-    maps.install(&table, &profile, &prefilter)
-        .expect("installing the profile");
+    filter_profile(seed, bucket_count, &lengths).expect("a valid profile")
 }
 
 #[test]
@@ -102,18 +93,16 @@ fn program_reproduces_filter_core_test_vectors() {
         "expected the net: rows of vectors.csv, found {}",
         vectors.len()
     );
-    let mut blocklist = blocklist_with(&[]);
+    let locator = Locator::load();
     for vector in &vectors {
-        set_profile(
-            &mut blocklist,
+        let profile = profile(
             vector.seed,
             vector.bucket_count,
             vector.address,
             vector.prefix_len,
         );
-        let report = blocklist
-            .locate(&udp_frame(vector.address, Tags::One))
-            .expect("running the locate program")
+        let report = locator
+            .locate(&udp_frame(vector.address, Tags::One), &profile)
             .expect("a report for an IP frame");
         let width = match vector.fingerprint_bits {
             8 => 0,
@@ -165,7 +154,7 @@ fn host_location<F: Fingerprint>(hash: KeyHash, bucket_count: usize) -> (u32, u3
 #[test]
 fn program_locates_random_keys_like_filter_core() {
     let mut rng = StdRng::seed_from_u64(3);
-    let mut blocklist = blocklist_with(&[]);
+    let locator = Locator::load();
     for _ in 0..300 {
         let address = random_address(&mut rng);
         let max_len = match address {
@@ -175,15 +164,14 @@ fn program_locates_random_keys_like_filter_core() {
         let prefix_len = rng.random_range(0..=max_len);
         let seed = rng.random::<u64>();
         let bucket_count = 1usize << rng.random_range(0..=24);
-        set_profile(&mut blocklist, seed, bucket_count, address, prefix_len);
+        let profile = profile(seed, bucket_count, address, prefix_len);
         // Behind any stack of tags the parser follows, of either protocol.
         let tags = Tags::Priority {
             count: rng.random_range(0..=MAX_VLAN_TAGS),
             outer: TAG_PROTOCOLS[rng.random_range(0..TAG_PROTOCOLS.len())],
         };
-        let report = blocklist
-            .locate(&udp_frame(address, tags))
-            .expect("running the locate program")
+        let report = locator
+            .locate(&udp_frame(address, tags), &profile)
             .expect("a report for an IP frame");
         let hash = net_key(address, prefix_len).hash(seed);
         assert_eq!(report.hash, hash.0, "hash of {address}/{prefix_len}");

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use cfctl::netlist::{parse_bytes, ParseOptions};
 use cfctl::plan::{CheckVerdict, KeyDiff, KeyPlan, PlanLimits};
-use cfctl::store::{ListKind, NewEntry, Store};
+use cfctl::store::{ListKind, Store};
 use filter_core::{CuckooFilter, NetKey};
 use ipnet::IpNet;
 
@@ -44,7 +44,7 @@ fn import_delete_and_check_against_a_filter() {
         .add(
             ListKind::Blocklist,
             "file:feed.txt",
-            &NewEntry::from_list(&list, None).collect::<Vec<_>>(),
+            &cfctl::sources::file::entries(&list, None),
         )
         .unwrap();
     // First import: plan from scratch and fill the filter, then commit.

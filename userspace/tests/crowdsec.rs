@@ -545,7 +545,7 @@ fn a_lapi_no_longer_followed_takes_its_decisions_with_it() {
     wait_for("the decision withdrawn", || !listed(&cfctl, &v4));
     assert!(crowdsec_nets(&cfctl).is_empty());
     assert!(listed(&cfctl, &other), "the command line's entry stays");
-    assert!(agent.log().contains("its decisions are withdrawn"));
+    assert!(agent.log().contains("source no longer configured"));
 
     // Followed again, the LAPI is asked for its whole list: it moved this
     // bouncer past the decisions withdrawn.

@@ -8,9 +8,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use cfctl::control::FilterSettings;
 use cfctl::netlist::{parse_bytes, ParseOptions};
-use cfctl::store::{FilterSettings, ListKind, NewEntry, Store, StoreError};
-use cfctl::{MatchAddress, Mode, Policy};
+use cfctl::sources::file;
+use cfctl::store::{ListKind, NewEntry, Store, StoreError};
+use cfctl::Mode;
 use ipnet::IpNet;
 
 fn net(text: &str) -> IpNet {
@@ -147,7 +149,7 @@ fn entries_keep_source_comment_and_time_and_survive_reopening() {
         txn.add(
             ListKind::Blocklist,
             "file:dropv6.txt",
-            &NewEntry::from_list(&list, None).collect::<Vec<_>>(),
+            &file::entries(&list, None),
         )
         .unwrap();
         txn.add(ListKind::Blocklist, "cli", &cli(&["198.18.0.1/32"]))
@@ -276,7 +278,7 @@ fn replace_swaps_a_sources_whole_set_and_keeps_time_added_of_kept_entries() {
     .unwrap();
     let mut txn = store.begin().unwrap();
     let report = txn
-        .replace(ListKind::Blocklist, "cli", NewEntry::from_list(&list, None))
+        .replace(ListKind::Blocklist, "cli", file::entries(&list, None))
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(report.added, [net("198.18.3.0/24")]);
@@ -327,36 +329,58 @@ fn the_allowlist_is_a_separate_list() {
     assert_eq!(report.missing, [net("198.18.0.0/15")]);
 }
 
+/// A state of some owner's, as the generic state API keeps it.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+struct Recorded {
+    count: u64,
+    note: Option<String>,
+}
+
 #[test]
-fn settings_round_trip_and_default_missing_fields() {
+fn states_round_trip_by_namespace_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.settings().unwrap(), None);
-    let settings = FilterSettings {
-        capacity: 1_000_000,
-        fingerprint_bits: 32,
-        seed: 0x5eed,
-        match_address: MatchAddress::Destination,
-        mode: Mode::Monitor,
-        policy: Policy::Allow,
-        ..FilterSettings::default()
+    assert_eq!(store.state::<Recorded>("feed", "a").unwrap(), None);
+    let a = Recorded {
+        count: 7,
+        note: Some("x\n\u{1b}".into()),
     };
     let mut txn = store.begin().unwrap();
-    txn.set_settings(&settings).unwrap();
+    txn.set_state("feed", "a", &a).unwrap();
+    txn.set_state("feed", "b", &Recorded::default()).unwrap();
+    txn.set_state("feeds", "a", &Recorded::default()).unwrap();
+    txn.set_state("fee", "z", &Recorded::default()).unwrap();
     txn.commit().unwrap();
     drop(store);
     let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.settings().unwrap(), Some(settings));
+    assert_eq!(store.state::<Recorded>("feed", "a").unwrap(), Some(a));
+    let keys: Vec<String> = store
+        .states::<Recorded>("feed")
+        .unwrap()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(keys, ["a", "b"], "only that namespace's, in key order");
+    let mut txn = store.begin().unwrap();
+    txn.remove_state("feed", "a").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(store.state::<Recorded>("feed", "a").unwrap(), None);
+    // A state of another shape is damage, named.
+    let error = store.state::<u64>("feed", "b").unwrap_err().to_string();
+    assert!(error.contains("state feed/b"), "{error}");
+}
 
-    // Records written before a field existed read it as its default.
+#[test]
+fn filter_settings_read_missing_fields_as_their_defaults() {
     let old: FilterSettings =
-        serde_json::from_str(r#"{"capacity": 5, "mode": "monitor"}"#).unwrap();
+        serde_json::from_str(r#"{"capacity": 5, "mode": "monitor", "fingerprint_bits": 32}"#)
+            .unwrap();
     assert_eq!(old.capacity, 5);
     assert_eq!(old.mode, Mode::Monitor);
-    assert_eq!(
-        old.fingerprint_bits,
-        FilterSettings::default().fingerprint_bits
-    );
+    assert_eq!(old.shape, cfctl::FilterShape::Fingerprint32);
+    assert_eq!(old.policy, FilterSettings::default().policy);
+    assert!(serde_json::from_str::<FilterSettings>(r#"{"fingerprint_bits": 12}"#).is_err());
 }
 
 #[test]
@@ -668,7 +692,7 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
     );
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (3, Vec::<String>::new()));
+    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
 }
 
 /// The schema version of the store in `dir`, read with redb directly, and
@@ -851,5 +875,79 @@ fn a_schema_2_store_loses_its_source_index_and_keeps_every_membership() {
         ["198.18.0.0/24", "198.18.1.0/24", "198.18.3.0/24"]
     );
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (3, Vec::<String>::new()));
+    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
+}
+
+/// A store the previous release wrote (schema 3: `cfctl add` with a
+/// comment and with a timeout, `allow add`, `mode monitor`, and `agent
+/// --once` with a file feed and an unreachable CrowdSec LAPI) opens as
+/// schema 4: every entry kept, and every record in the state table, read
+/// by its owner.
+#[test]
+fn a_store_of_the_previous_release_is_migrated_with_its_states() {
+    use cfctl::agent::status::AgentRecord;
+    use cfctl::sources::crowdsec::LapiState;
+    use cfctl::sources::feed::FeedState;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v3.redb");
+    std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
+    assert_eq!(raw_schema(dir.path()).0, 3);
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        listed(&store),
+        [
+            "198.18.0.1/32",
+            "198.18.9.0/24",
+            "198.18.200.0/24",
+            "2001:db8:200::/48"
+        ]
+    );
+    assert_eq!(store.entry_count(ListKind::Allowlist).unwrap(), 1);
+    let kept = store
+        .entry(ListKind::Blocklist, &net("198.18.0.1/32"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.sources[0].comment.as_deref(), Some("kept"));
+    assert!(store.next_expiry().unwrap().is_some());
+    let settings: FilterSettings = store.state("filter", "filter").unwrap().unwrap();
+    assert_eq!(settings.mode, Mode::Monitor);
+    let feed: FeedState = store.state("feed", "local").unwrap().unwrap();
+    assert_eq!((feed.entries, feed.updated), (2, 1));
+    let lapi: LapiState = store
+        .state("crowdsec", "http://127.0.0.1:1")
+        .unwrap()
+        .unwrap();
+    assert!(lapi.last_error.unwrap().contains("cannot reach the LAPI"));
+    let agent: AgentRecord = store.state("agent", "agent").unwrap().unwrap();
+    assert_eq!(agent.config, "agent.toml");
+    drop(store);
+    {
+        use redb::{ReadableDatabase, TableHandle};
+        let db = redb::Database::open(dir.path().join(Store::FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let tables: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|table| table.name().to_owned())
+            .collect();
+        assert!(
+            !tables
+                .iter()
+                .any(|name| name == "settings" || name == "feeds"),
+            "{tables:?}"
+        );
+    }
+    let store = Store::open(dir.path()).unwrap();
+    // Nothing else is in the state table.
+    let namespaces: Vec<usize> = ["filter", "feed", "crowdsec", "agent"]
+        .iter()
+        .map(|namespace| store.states::<serde_json::Value>(namespace).unwrap().len())
+        .collect();
+    assert_eq!(namespaces, [1, 1, 1, 1]);
+    drop(store);
+    // Opened again, it is as it was.
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(listed(&store).len(), 4);
 }

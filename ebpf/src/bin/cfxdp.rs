@@ -1,12 +1,12 @@
 //! The XDP blocklist: parse the frame, take the matched address, check the
 //! allowlist and the cuckoo filter, count, return a verdict.
 //!
-//! One program per [`FilterShape`] (`cfxdp_fp8`, `_fp16`, `_fp32`), all
+//! One program per [`cfxdp::FilterShape`] (`cfxdp_fp8`, `_fp16`, `_fp32`), all
 //! the same generic code; the loader loads the one it needs. The filter is
 //! probed with `filter-core`'s own code: [`NetKey`] for the key and its
 //! hash, [`locate`] for the fingerprint and buckets, [`buckets_contain`] on
-//! both buckets copied out of map memory. `locate_key` is a test-only program
-//! that reports what that code computes for a packet.
+//! both buckets copied out of map memory. (The `locate` object, for the
+//! tests, reports what that code computes for a packet.)
 //!
 //! Before the first probe, the live profile's [`Prefilter`] gives the active
 //! prefix lengths that have keys in the address's coarse block: the filter
@@ -36,9 +36,8 @@ use cfxdp::{
     counter_index,
     packet::{frame_len, parse, Direction, Frame, Ipv6Address},
     prefilter::{skip_bit, Prefilter},
-    Config, Counter, Family, FilterProfile, LocateReport, MalformedAction, Mode, Outcome, Policy,
-    COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, MAX_PREFIX_LENGTHS,
-    PROFILE_COUNT,
+    read_once, Config, Counter, Family, MalformedAction, Mode, Outcome, Policy, COUNTER_COUNT,
+    DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, PROFILE_COUNT,
 };
 use filter_core::{
     layout::{buckets_contain, locate},
@@ -54,14 +53,21 @@ type Tables<F, const S: usize> = ArrayOfMaps<Table<F, S>, PROFILE_COUNT>;
 #[btf_map]
 static CONFIG: Array<Config, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
 
-#[btf_map]
-static FILTERS_FP8: Tables<u8, 8> = ArrayOfMaps::new();
+/// One outer map of filter tables and one program per [`cfxdp::FilterShape`].
+macro_rules! shape_programs {
+    ($(($variant:ident, $fingerprint:ty, $slots:literal, $program:ident, $outer_map:ident))*) => {
+        $(
+            #[btf_map]
+            static $outer_map: Tables<$fingerprint, $slots> = ArrayOfMaps::new();
 
-#[btf_map]
-static FILTERS_FP16: Tables<u16, 4> = ArrayOfMaps::new();
-
-#[btf_map]
-static FILTERS_FP32: Tables<u32, 4> = ArrayOfMaps::new();
+            #[xdp]
+            pub fn $program(ctx: XdpContext) -> u32 {
+                run(&ctx, &$outer_map)
+            }
+        )*
+    };
+}
+cfxdp::with_each_shape!(shape_programs);
 
 /// Element `p`: the prefilter of profile `p`.
 #[btf_map]
@@ -76,111 +82,17 @@ static ALLOW_V4: LpmTrie<[u8; 4], u8, DEFAULT_ALLOWLIST_ENTRIES> = LpmTrie::new(
 #[btf_map]
 static ALLOW_V6: LpmTrie<[u8; 16], u8, DEFAULT_ALLOWLIST_ENTRIES> = LpmTrie::new();
 
-#[btf_map]
-static LOCATE: Array<LocateReport, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
-
 /// 1 to match destination addresses instead of sources; set at load time.
 #[no_mangle]
 static MATCH_DESTINATION: u8 = 0;
 
-#[xdp]
-pub fn cfxdp_fp8(ctx: XdpContext) -> u32 {
-    run(&ctx, &FILTERS_FP8)
-}
-
-#[xdp]
-pub fn cfxdp_fp16(ctx: XdpContext) -> u32 {
-    run(&ctx, &FILTERS_FP16)
-}
-
-#[xdp]
-pub fn cfxdp_fp32(ctx: XdpContext) -> u32 {
-    run(&ctx, &FILTERS_FP32)
-}
-
-/// Test-only: writes to `LOCATE` the hash, fingerprints and buckets of the
-/// packet's matched address at the active profile's first prefix length,
-/// computed by the code the blocklist programs run. Always passes.
-#[xdp]
-pub fn locate_key(ctx: XdpContext) -> u32 {
-    let (Some(config), Some(report)) = (CONFIG.get(0), LOCATE.get_ptr_mut(0)) else {
-        return xdp_action::XDP_PASS;
-    };
-    let profile = active_profile(config);
-    let key = match parse(&ctx, direction()) {
-        Frame::Ipv4(address) => NetKey::ipv4(address, first_length(&profile.ipv4_lengths)),
-        Frame::Ipv6(address) => NetKey::ipv6(
-            address.high,
-            address.low,
-            first_length(&profile.ipv6_lengths),
-        ),
-        Frame::Malformed(_) | Frame::NonIp => None,
-    };
-    let Some(key) = key else {
-        return xdp_action::XDP_PASS;
-    };
-    let hash = key.hash(read(&profile.seed));
-    let mask = read(&profile.bucket_mask) as usize;
-    let widths = [
-        located::<u8>(hash, mask),
-        located::<u16>(hash, mask),
-        located::<u32>(hash, mask),
-    ];
-    let mut value = LocateReport {
-        hash: hash.0,
-        valid: 1,
-        ..LocateReport::default()
-    };
-    for (width, (fingerprint, primary, alternate)) in widths.into_iter().enumerate() {
-        value.fingerprint[width] = fingerprint;
-        value.primary[width] = primary;
-        value.alternate[width] = alternate;
-    }
-    // SAFETY: `report` points at the map's only element.
-    unsafe { report.write(value) };
-    xdp_action::XDP_PASS
-}
-
-#[inline(always)]
-fn first_length(lengths: &[u8; MAX_PREFIX_LENGTHS]) -> u8 {
-    read(&lengths[0])
-}
-
-#[inline(always)]
-fn located<F: Fingerprint>(hash: filter_core::KeyHash, mask: usize) -> (u32, u32, u32) {
-    let location = locate::<F>(hash, mask);
-    (
-        location.fingerprint.to_u32(),
-        location.primary as u32,
-        location.alternate as u32,
-    )
-}
-
-/// Reads a field of map memory that userspace may change at any time,
-/// exactly once.
-#[inline(always)]
-fn read<T: Copy>(field: &T) -> T {
-    // SAFETY: `field` is a valid, aligned reference.
-    unsafe { core::ptr::read_volatile(field) }
-}
-
 #[inline(always)]
 fn direction() -> Direction {
-    if read(&MATCH_DESTINATION) == 0 {
+    if read_once(&MATCH_DESTINATION) == 0 {
         Direction::Source
     } else {
         Direction::Destination
     }
-}
-
-#[inline(always)]
-fn active_index(config: &Config) -> u32 {
-    read(&config.active_profile) & (PROFILE_COUNT as u32 - 1)
-}
-
-#[inline(always)]
-fn active_profile(config: &Config) -> &FilterProfile {
-    &config.profiles[active_index(config) as usize]
 }
 
 #[inline(always)]
@@ -199,8 +111,8 @@ fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) 
     let drop = match outcome {
         Outcome::Dropped => true,
         Outcome::Malformed => {
-            read(&config.malformed_action) == MalformedAction::Drop as u32
-                && read(&config.mode) == Mode::Enforce as u32
+            read_once(&config.malformed_action) == MalformedAction::Drop as u32
+                && read_once(&config.mode) == Mode::Enforce as u32
         }
         Outcome::Passed | Outcome::WouldDrop | Outcome::Allowlisted | Outcome::NonIp => false,
     };
@@ -223,7 +135,7 @@ fn classify<F: Fingerprint, const S: usize>(
     tables: &Tables<F, S>,
     address: Address,
 ) -> Outcome {
-    let would_drop = if read(&config.policy) == Policy::Allow as u32 {
+    let would_drop = if read_once(&config.policy) == Policy::Allow as u32 {
         true
     } else {
         listed(config, tables, address)
@@ -232,7 +144,7 @@ fn classify<F: Fingerprint, const S: usize>(
         Outcome::Passed
     } else if allowlisted(config, address) {
         Outcome::Allowlisted
-    } else if read(&config.mode) == Mode::Monitor as u32 {
+    } else if read_once(&config.mode) == Mode::Monitor as u32 {
         Outcome::WouldDrop
     } else {
         Outcome::Dropped
@@ -245,12 +157,12 @@ fn classify<F: Fingerprint, const S: usize>(
 fn allowlisted(config: &Config, address: Address) -> bool {
     match address {
         Address::V4(address) => {
-            read(&config.allowlist_ipv4_entries) != 0
+            read_once(&config.allowlist_ipv4_entries) != 0
                 && ALLOW_V4.get(&Key::new(32, address.to_be_bytes())).is_some()
         }
         Address::V6(address) => {
             let octets = ((address.high as u128) << 64 | address.low as u128).to_be_bytes();
-            read(&config.allowlist_ipv6_entries) != 0
+            read_once(&config.allowlist_ipv6_entries) != 0
                 && ALLOW_V6.get(&Key::new(128, octets)).is_some()
         }
     }
@@ -265,9 +177,9 @@ fn listed<F: Fingerprint, const S: usize>(
     tables: &Tables<F, S>,
     address: Address,
 ) -> bool {
-    let index = active_index(config);
+    let index = config.live_index();
     let profile = &config.profiles[index as usize];
-    let skipped = read(&profile.prefilter_skipped);
+    let skipped = read_once(&profile.prefilter_skipped);
     let marked_lengths = match address {
         Address::V4(_) if skipped & skip_bit(AddressFamily::Ipv4) != 0 => u8::MAX,
         Address::V6(_) if skipped & skip_bit(AddressFamily::Ipv6) != 0 => u8::MAX,
@@ -286,11 +198,11 @@ fn listed<F: Fingerprint, const S: usize>(
     let Some(table) = tables.get(index) else {
         return false;
     };
-    let seed = read(&profile.seed);
-    let mask = read(&profile.bucket_mask) as usize;
+    let seed = read_once(&profile.seed);
+    let mask = read_once(&profile.bucket_mask) as usize;
     let (lengths, count) = match address {
-        Address::V4(_) => (&profile.ipv4_lengths, read(&profile.ipv4_length_count)),
-        Address::V6(_) => (&profile.ipv6_lengths, read(&profile.ipv6_length_count)),
+        Address::V4(_) => (&profile.ipv4_lengths, read_once(&profile.ipv4_length_count)),
+        Address::V6(_) => (&profile.ipv6_lengths, read_once(&profile.ipv6_length_count)),
     };
     for (position, length) in lengths.iter().enumerate() {
         if position as u32 >= count {
@@ -299,7 +211,7 @@ fn listed<F: Fingerprint, const S: usize>(
         if marked_lengths & (1 << position) == 0 {
             continue;
         }
-        let prefix_len = read(length);
+        let prefix_len = read_once(length);
         let key = match address {
             Address::V4(address) => NetKey::ipv4(address, prefix_len),
             Address::V6(address) => NetKey::ipv6(address.high, address.low, prefix_len),
@@ -324,7 +236,7 @@ fn listed<F: Fingerprint, const S: usize>(
 #[inline(always)]
 fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize) -> [F; S] {
     match table.get(index as u32) {
-        Some(bucket) => read(bucket),
+        Some(bucket) => read_once(bucket),
         None => [F::EMPTY; S],
     }
 }

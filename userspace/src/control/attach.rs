@@ -15,12 +15,13 @@ use std::path::PathBuf;
 
 use aya::maps::MapData;
 
-use super::capacity::{check_capacity, shape_of, WayOut};
+use super::capacity::{check_capacity, WayOut};
 use super::error::{ControlError, Result};
 use super::report::{AttachReport, Attachment, DetachReport, TableSummary};
+use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
-use crate::store::{FilterSettings, ListKind};
+use crate::store::ListKind;
 use crate::xdp::pins::{interface_index, interface_mtu};
 use crate::xdp::{AttachMode, FilterProgram, LiveFilter, LoadOptions, PinDir, XdpError};
 use crate::{MalformedAction, Mode};
@@ -182,7 +183,7 @@ impl Control {
         plan: &KeyPlan,
         counters: Option<&MapData>,
     ) -> Result<FilterProgram> {
-        let shape = shape_of(settings)?;
+        let shape = settings.shape;
         let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
         let options = LoadOptions {
             seed: settings.seed,
@@ -225,7 +226,7 @@ impl Control {
         check_capacity(capacity, old.shape())?;
         let mut settings = self.settings()?;
         settings.capacity = capacity;
-        settings.fingerprint_bits = old.shape().fingerprint_bits();
+        settings.shape = old.shape();
         settings.seed = old.seed();
         settings.mode = old.mode();
         settings.malformed = old.malformed_action();
@@ -299,8 +300,8 @@ fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Resul
     if let Some(capacity) = options.capacity {
         settings.capacity = capacity;
     }
-    if let Some(bits) = options.fingerprint_bits {
-        settings.fingerprint_bits = bits;
+    if let Some(shape) = options.shape {
+        settings.shape = shape;
     }
     if let Some(match_address) = options.match_address {
         settings.match_address = match_address;
@@ -311,7 +312,7 @@ fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Resul
     if let Some(malformed) = options.malformed {
         settings.malformed = malformed;
     }
-    check_capacity(settings.capacity, shape_of(settings)?)
+    check_capacity(settings.capacity, settings.shape)
 }
 
 /// Refuses options that the pinned program cannot take without a reload.
@@ -320,14 +321,11 @@ fn check_compatible(
     settings: &FilterSettings,
     options: AttachOptions,
 ) -> Result<()> {
-    let bits = live.shape().fingerprint_bits();
-    if options
-        .fingerprint_bits
-        .is_some_and(|wanted| wanted != bits)
-    {
+    if options.shape.is_some_and(|wanted| wanted != live.shape()) {
         return Err(ControlError::Conflict(format!(
-            "the attached filter has {bits}-bit fingerprints; `cfctl detach --all` first to \
-             change the width"
+            "the attached filter has {}-bit fingerprints; `cfctl detach --all` first to change \
+             the width",
+            live.shape().fingerprint_bits()
         )));
     }
     if options

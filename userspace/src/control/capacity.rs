@@ -7,35 +7,23 @@ use std::fs;
 
 use super::error::{ControlError, Result};
 use crate::filter::{FilterFull, FilterShape};
-use crate::store::FilterSettings;
 use crate::xdp::XdpError;
 
-/// The fingerprint width that reaches a false-positive rate of `fpr` per
-/// probe in a full filter: the narrowest of 8, 16 and 32 bits.
-pub fn fingerprint_bits_for_fpr(fpr: f64) -> Result<u32> {
+/// The filter shape whose fingerprints reach a false-positive rate of
+/// `fpr` per probe in a full filter: the narrowest of 8, 16 and 32 bits.
+pub fn shape_for_fpr(fpr: f64) -> Result<FilterShape> {
     FilterShape::ALL
         .into_iter()
         .find(|shape| {
             filter_core::sizing::cuckoo_min_fingerprint_bits(shape.slots(), fpr)
                 .is_some_and(|bits| bits <= shape.fingerprint_bits())
         })
-        .map(FilterShape::fingerprint_bits)
         .ok_or_else(|| {
             ControlError::InvalidSetting(format!(
                 "no filter reaches a false-positive rate of {fpr:e} (32-bit fingerprints give about \
                  2e-9; the rate must be between 0 and 1)"
             ))
         })
-}
-
-/// The fingerprint shape of `settings`.
-pub fn shape_of(settings: &FilterSettings) -> Result<FilterShape> {
-    FilterShape::from_bits(settings.fingerprint_bits).ok_or_else(|| {
-        ControlError::InvalidSetting(format!(
-            "fingerprints are 8, 16 or 32 bits wide, not {}",
-            settings.fingerprint_bits
-        ))
-    })
 }
 
 /// Bytes of one filter table for `capacity` keys of `shape`, if a table

@@ -9,13 +9,11 @@ use filter_core::{AddressFamily, NetKey};
 use ipnet::IpNet;
 
 use super::error::{ControlError, Result};
-use super::report::{
-    AgentStatus, CheckResult, CounterRecord, CrowdsecStatus, EntryRecord, FeedStatus, SourceCount,
-    Status, VerifyReport,
-};
+use super::report::{CheckResult, CounterRecord, EntryRecord, SourceCount, Status, VerifyReport};
 use super::Control;
 use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
-use crate::store::{unix_seconds, Entry, ListKind};
+use crate::store::{Entry, ListKind};
+use crate::time::unix_seconds;
 use crate::xdp::PinDir;
 use crate::{Family, Outcome, Setting};
 
@@ -154,22 +152,6 @@ impl Control {
     /// The state of everything.
     pub fn status(&self) -> Result<Status> {
         let settings = self.settings()?;
-        let agent = self.store.agent_state()?;
-        let crowdsec = match agent.as_ref().and_then(|agent| agent.crowdsec.clone()) {
-            None => None,
-            Some(url) => self
-                .store
-                .crowdsec_state(&url)?
-                .map(|state| CrowdsecStatus {
-                    url,
-                    synced: state.synced,
-                    decisions: state.decisions.len(),
-                    last_attempt: state.last_attempt,
-                    last_success: state.last_success,
-                    last_error: state.last_error,
-                    origins: state.counts,
-                }),
-        };
         let mut status = Status {
             pin_dir: self.pins.path().to_owned(),
             store: self.store.path().to_owned(),
@@ -182,7 +164,7 @@ impl Control {
             malformed: settings.malformed,
             match_address: settings.match_address,
             capacity: settings.capacity,
-            fingerprint_bits: settings.fingerprint_bits,
+            fingerprint_bits: settings.shape.fingerprint_bits(),
             entries: self.store.entry_count(ListKind::Blocklist)?,
             allowlist_entries: self.store.entry_count(ListKind::Allowlist)?,
             sources: self.source_counts()?,
@@ -192,17 +174,6 @@ impl Control {
             filter: None,
             ipv4_packet_fpr: None,
             ipv6_packet_fpr: None,
-            agent: agent.map(|state| AgentStatus {
-                running: agent_runs(state.pid),
-                state,
-            }),
-            feeds: self
-                .store
-                .feed_states()?
-                .into_iter()
-                .map(|(name, state)| FeedStatus { name, state })
-                .collect(),
-            crowdsec,
         };
         let live = match self.live() {
             Ok(live) => live,
@@ -230,16 +201,6 @@ impl Control {
         }
         Ok(status)
     }
-}
-
-/// Whether process `pid` is a running `cfctl agent` (the agent records its
-/// pid in the store; a later process may have taken the number since).
-fn agent_runs(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline
-            .split(|&byte| byte == 0)
-            .any(|argument| argument == b"agent")
-    })
 }
 
 /// Reads every counter of the blocklist pinned in `pin_dir` (no store

@@ -12,6 +12,7 @@
 //! | [`attach`] | attach, detach, resize, and loading a program filled from the store |
 //! | [`inspect`] | status, check, verify, counters |
 //! | [`capacity`] | how large a filter may be, and the way out of a full one |
+//! | [`settings`] | the filter's settings, kept in the store |
 //! | [`report`], [`error`] | what operations report, and why they fail |
 //! | [`device`] | the same verbs on a filter device |
 //!
@@ -33,6 +34,7 @@ pub mod device;
 pub mod error;
 pub mod inspect;
 pub mod report;
+pub mod settings;
 pub mod update;
 
 use std::fs;
@@ -41,20 +43,19 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-pub use capacity::fingerprint_bits_for_fpr;
+pub use capacity::shape_for_fpr;
 pub use error::{ControlError, Result};
 pub use inspect::read_counters;
 pub use report::*;
-pub use update::{check_source_name, whole_families, Change, NoProgress, Progress, BULK_ENTRIES};
+pub use update::{Change, NoProgress, Progress, BULK_ENTRIES};
 
-use crate::store::{Access, FilterSettings, ListKind, Store, StoreError};
+pub use crate::store::ListKind;
+use crate::store::{Access, Store, StoreError};
 use crate::xdp::{LiveFilter, PinDir};
-use crate::{MalformedAction, MatchAddress, Policy};
+use crate::{FilterShape, MalformedAction, MatchAddress, Policy};
+pub use settings::FilterSettings;
 
 pub use crate::store::DirCheck;
-pub use crate::xdp::pins::DEFAULT_PIN_DIR;
-/// Where cfctl keeps its store unless told otherwise.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cfctl";
 /// How long to wait for another cfctl process to release the store.
 const STORE_WAIT: Duration = Duration::from_secs(30);
 /// How long to wait for the store before saying who holds it.
@@ -93,8 +94,8 @@ pub fn require_privileges(action: &'static str) -> Result<()> {
 pub struct AttachOptions {
     /// Keys the filter is sized for.
     pub capacity: Option<u64>,
-    /// Fingerprint width: 8, 16 or 32.
-    pub fingerprint_bits: Option<u32>,
+    /// Fingerprint width and slots per bucket.
+    pub shape: Option<FilterShape>,
     /// Which address of a packet is matched.
     pub match_address: Option<MatchAddress>,
     /// Deny listed addresses, or allow only allowlisted ones.
@@ -243,18 +244,6 @@ impl Control {
     /// The pin directory.
     pub fn pins(&self) -> &PinDir {
         &self.pins
-    }
-
-    /// The stored settings, or the defaults.
-    pub fn settings(&self) -> Result<FilterSettings> {
-        Ok(self.store.settings()?.unwrap_or_default())
-    }
-
-    fn save_settings(&self, settings: &FilterSettings) -> Result<()> {
-        let mut txn = self.store.begin()?;
-        txn.set_settings(settings)?;
-        txn.commit()?;
-        Ok(())
     }
 
     /// The stored allowlist as (address, prefix length) pairs.

@@ -9,7 +9,8 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 pub use crate::filter::TableSummary;
-use crate::store::{unix_seconds, AgentState, Entry, FeedState};
+use crate::store::Entry;
+use crate::time::unix_seconds;
 pub use crate::xdp::pins::Attachment;
 use crate::{Family, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 
@@ -219,51 +220,6 @@ pub struct Status {
     pub ipv4_packet_fpr: Option<f64>,
     /// False-positive rate per IPv6 packet.
     pub ipv6_packet_fpr: Option<f64>,
-    /// The agent that last ran on this store, if one did.
-    pub agent: Option<AgentStatus>,
-    /// The agent's feeds, by name.
-    pub feeds: Vec<FeedStatus>,
-    /// The CrowdSec Local API the agent follows, if it does.
-    pub crowdsec: Option<CrowdsecStatus>,
-}
-
-/// The CrowdSec Local API the agent follows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct CrowdsecStatus {
-    /// Its URL.
-    pub url: String,
-    /// Whether the last pull's answer is applied.
-    pub synced: bool,
-    /// Decisions taken and live.
-    pub decisions: usize,
-    /// When a pull was last tried, Unix seconds.
-    pub last_attempt: Option<u64>,
-    /// When a pull last succeeded.
-    pub last_success: Option<u64>,
-    /// Why the last pull failed, if it did.
-    pub last_error: Option<String>,
-    /// Decisions by origin: received, applied, ignored, expired.
-    pub origins: std::collections::BTreeMap<String, crate::store::DecisionCounts>,
-}
-
-/// The agent that last ran on a store.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct AgentStatus {
-    /// What it recorded of itself.
-    #[serde(flatten)]
-    pub state: AgentState,
-    /// Whether its process still runs.
-    pub running: bool,
-}
-
-/// One feed of the agent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FeedStatus {
-    /// The feed's name (its entries belong to source `feed:NAME`).
-    pub name: String,
-    /// Its refreshes so far.
-    #[serde(flatten)]
-    pub state: FeedState,
 }
 
 /// How many entries a source lists in one list.

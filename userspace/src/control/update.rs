@@ -168,45 +168,6 @@ impl UniqueChange<'_> {
     }
 }
 
-/// The entries of `nets` that list every address of their family
-/// (`0.0.0.0/0`, `::/0`), which cfctl adds only when `force` is set: a
-/// blocklist entry that drops every packet of a family, or an allowlist
-/// entry that lets every one through, is more often a slip than a wish.
-/// Returns them, so the caller can warn when forced.
-pub fn whole_families(nets: &[IpNet], force: bool) -> Result<Vec<IpNet>> {
-    let whole: Vec<IpNet> = nets
-        .iter()
-        .copied()
-        .filter(|net| net.prefix_len() == 0)
-        .collect();
-    match whole.first() {
-        Some(net) if !force => Err(ControlError::WholeFamily(*net)),
-        _ => Ok(whole),
-    }
-}
-
-/// The most bytes a source name may have.
-pub const MAX_SOURCE_BYTES: usize = 200;
-
-/// Checks a source name: `cli`, or `KIND:NAME` such as `file:drop.txt` or
-/// `feed:firehol`; at most [`MAX_SOURCE_BYTES`], with no control
-/// characters or spaces at the ends.
-pub fn check_source_name(name: &str) -> Result<()> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_SOURCE_BYTES
-        && name.trim() == name
-        && !name.chars().any(char::is_control);
-    if valid {
-        Ok(())
-    } else {
-        Err(ControlError::InvalidSetting(format!(
-            "'{}' is not a source name (`cli`, or `KIND:NAME` like `file:drop.txt` or \
-             `feed:firehol`: at most {MAX_SOURCE_BYTES} bytes, no control characters)",
-            crate::text::excerpt(name)
-        )))
-    }
-}
-
 /// Aborts the process, as `kill -9` would, if the environment variable
 /// `CFCTL_CRASH_AT` names `point`: the crash tests' way to stop cfctl at
 /// every step of the update path.

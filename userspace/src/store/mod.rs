@@ -76,31 +76,32 @@
 //! the plan's diff around the transaction's commit.
 
 mod file;
+mod migrate;
 mod records;
 mod schema;
+mod state;
 mod transaction;
 
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use ipnet::IpNet;
 use redb::ReadableTable;
 
+use crate::time::from_unix_seconds;
 use file::Handle;
 pub use file::{Access, DirCheck};
 pub use records::{
-    AddReport, AgentState, CrowdsecDecision, CrowdsecState, DecisionCounts, DeleteReport, Entry,
-    ExpireReport, FeedState, FilterSettings, Membership, NewEntry, ReplaceReport,
+    AddReport, DeleteReport, Entry, ExpireReport, Membership, NewEntry, ReplaceReport,
 };
 use schema::{
-    decode_expiry, decode_net, encode_net, memberships_of, v1, v2, MemberKey, MemberValue,
-    NetBytes, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY, META,
-    SCHEMA_VERSION_KEY, SETTINGS, SOURCES,
+    decode_expiry, decode_net, encode_net, memberships_of, MemberKey, MemberValue, NetBytes,
+    ALL_SOURCES, COUNTS, META, SCHEMA_VERSION_KEY, SOURCES, STATE,
 };
-pub use schema::{unix_seconds, ListKind, SCHEMA_VERSION};
+pub use schema::{ListKind, SCHEMA_VERSION};
 use transaction::SourceIds;
 pub use transaction::{StoreTransaction, ROWS_PER_LOOKUP};
 
@@ -298,8 +299,8 @@ impl Store {
         })
     }
 
-    /// Creates the tables of a new store, migrates one of schema version
-    /// 1 or 2, or checks the schema version of an existing one (with a
+    /// Creates the tables of a new store, migrates one of an earlier schema
+    /// version ([`migrate`]), or checks the schema version of an existing one (with a
     /// read, so that opening a current store commits nothing).
     fn initialise(&self) -> Result<(), StoreError> {
         let found = self.schema_version()?;
@@ -312,17 +313,15 @@ impl Store {
                 found: found.unwrap_or(0),
             });
         }
-        if let Some(found) = found.filter(|&found| !matches!(found, 1 | 2)) {
+        if let Some(found) = found.filter(|&found| !(1..SCHEMA_VERSION).contains(&found)) {
             return Err(StoreError::UnknownSchema {
                 path: self.path.clone(),
                 found,
             });
         }
         let txn = self.begin_write()?;
-        match found {
-            Some(1) => self.migrate_from_v1(&txn)?,
-            Some(2) => self.migrate_from_v2(&txn)?,
-            _ => {}
+        if let Some(found) = found {
+            self.migrate(&txn, found)?;
         }
         {
             let mut meta = txn.open_table(META).in_store(self)?;
@@ -335,8 +334,7 @@ impl Store {
             }
             txn.open_table(COUNTS).in_store(self)?;
             txn.open_table(SOURCES).in_store(self)?;
-            txn.open_table(SETTINGS).in_store(self)?;
-            txn.open_table(FEEDS).in_store(self)?;
+            txn.open_table(STATE).in_store(self)?;
         }
         txn.commit().in_store(self)
     }
@@ -353,65 +351,6 @@ impl Store {
             .get(SCHEMA_VERSION_KEY)
             .in_store(self)?
             .map(|version| version.value()))
-    }
-
-    /// Moves the entries of a schema 1 store (one source per network; a
-    /// file's source named by its path, standard input by `-`) into
-    /// memberships: `cli` stays `cli`, a file becomes `file:PATH`.
-    fn migrate_from_v1(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
-        let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-        let renamed: HashMap<u32, String> = names
-            .into_iter()
-            .map(|(id, name)| match name.as_str() {
-                "cli" => (id, name),
-                _ => (id, format!("file:{name}")),
-            })
-            .collect();
-        {
-            let mut sources = txn.open_table(SOURCES).in_store(self)?;
-            for (id, name) in &renamed {
-                sources.insert(*id, name.as_str()).in_store(self)?;
-            }
-        }
-        for (list, old) in [
-            (ListKind::Blocklist, v1::BLOCKLIST),
-            (ListKind::Allowlist, v1::ALLOWLIST),
-        ] {
-            let mut rows = Vec::new();
-            {
-                let table = txn.open_table(old).in_store(self)?;
-                for row in table.iter().in_store(self)? {
-                    let (key, value) = row.in_store(self)?;
-                    let (source, comment, added) = value.value();
-                    rows.push((key.value(), source, comment.map(str::to_owned), added));
-                }
-            }
-            txn.delete_table(old).in_store(self)?;
-            let tables = list.tables();
-            let mut members = txn.open_table(tables.members).in_store(self)?;
-            let mut counts = txn.open_table(COUNTS).in_store(self)?;
-            let mut per_source: HashMap<u32, u64> = HashMap::new();
-            for (net, source, comment, added) in &rows {
-                members
-                    .insert((net, *source), (comment.as_deref(), *added, 0))
-                    .in_store(self)?;
-                *per_source.entry(*source).or_default() += 1;
-            }
-            per_source.insert(ALL_SOURCES, rows.len() as u64);
-            for (source, count) in per_source.into_iter().filter(|&(_, count)| count > 0) {
-                counts.insert((list.code(), source), count).in_store(self)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes the per-source indexes of a schema 2 store; its memberships,
-    /// expiries and counts are already those of schema 3.
-    fn migrate_from_v2(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
-        for index in v2::BY_SOURCE {
-            txn.delete_table(index).in_store(self)?;
-        }
-        Ok(())
     }
 
     /// The store file.
@@ -663,82 +602,6 @@ impl Store {
         })
     }
 
-    /// The filter settings, if any were stored.
-    pub fn settings(&self) -> Result<Option<FilterSettings>, StoreError> {
-        let Some(json) = self.setting_text(FILTER_SETTINGS_KEY)? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&json)
-            .map(Some)
-            .map_err(|error| self.corrupt(format!("filter settings: {error}")))
-    }
-
-    /// The agent's state, if an agent ever ran.
-    pub fn agent_state(&self) -> Result<Option<AgentState>, StoreError> {
-        let Some(json) = self.setting_text(AGENT_STATE_KEY)? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&json)
-            .map(Some)
-            .map_err(|error| self.corrupt(format!("agent state: {error}")))
-    }
-
-    /// The agent's state of the CrowdSec Local API at `url`, if it has one.
-    pub fn crowdsec_state(&self, url: &str) -> Result<Option<CrowdsecState>, StoreError> {
-        let Some(json) = self.setting_text(&schema::crowdsec_state_key(url))? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&json)
-            .map(Some)
-            .map_err(|error| self.corrupt(format!("state of CrowdSec LAPI {url}: {error}")))
-    }
-
-    /// The URLs of the CrowdSec Local APIs the agent keeps a state of.
-    pub fn crowdsec_urls(&self) -> Result<Vec<String>, StoreError> {
-        let prefix = schema::crowdsec_state_key("");
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(SETTINGS).in_store(self)?;
-            let mut urls = Vec::new();
-            for row in table.range(prefix.as_str()..).in_store(self)? {
-                let (key, _) = row.in_store(self)?;
-                let Some(url) = key.value().strip_prefix(prefix.as_str()) else {
-                    break;
-                };
-                urls.push(url.to_owned());
-            }
-            Ok(urls)
-        })
-    }
-
-    fn setting_text(&self, key: &str) -> Result<Option<String>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(SETTINGS).in_store(self)?;
-            Ok(table
-                .get(key)
-                .in_store(self)?
-                .map(|value| value.value().to_owned()))
-        })
-    }
-
-    /// The agent's state of every feed, by name.
-    pub fn feed_states(&self) -> Result<Vec<(String, FeedState)>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let table = txn.open_table(FEEDS).in_store(self)?;
-            let mut states = Vec::new();
-            for row in table.iter().in_store(self)? {
-                let (name, json) = row.in_store(self)?;
-                let state = serde_json::from_str(json.value()).map_err(|error| {
-                    self.corrupt(format!("state of feed {}: {error}", name.value()))
-                })?;
-                states.push((name.value().to_owned(), state));
-            }
-            Ok(states)
-        })
-    }
-
     fn source_names(
         &self,
         table: &impl ReadableTable<u32, &'static str>,
@@ -770,7 +633,7 @@ impl Store {
             Membership {
                 source: source.clone(),
                 comment: comment.map(str::to_owned),
-                added: UNIX_EPOCH + Duration::from_secs(added),
+                added: from_unix_seconds(added),
                 expires: decode_expiry(expires),
             },
         ))

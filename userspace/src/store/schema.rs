@@ -3,13 +3,15 @@
 //! each table holds).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use ipnet::IpNet;
 use redb::TableDefinition;
 
+use crate::time::{from_unix_millis, unix_millis};
+
 /// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
 /// first 4), prefix length.
@@ -36,17 +38,10 @@ pub(super) const ALL_SOURCES: u32 = u32::MAX;
 
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(super) const SOURCES: TableDefinition<u32, &str> = TableDefinition::new("sources");
-pub(super) const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
-pub(super) const FEEDS: TableDefinition<&str, &str> = TableDefinition::new("feeds");
 pub(super) const COUNTS: TableDefinition<CountKey, u64> = TableDefinition::new("counts");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
-pub(super) const FILTER_SETTINGS_KEY: &str = "filter";
-pub(super) const AGENT_STATE_KEY: &str = "agent";
-
-/// The settings key of the agent's state of the CrowdSec LAPI at `url`.
-pub(super) fn crowdsec_state_key(url: &str) -> String {
-    format!("crowdsec:{url}")
-}
+/// The state table: (namespace, key) -> JSON (see [`super::state`]).
+pub(super) const STATE: TableDefinition<(&str, &str), &str> = TableDefinition::new("state");
 
 /// The tables of schema version 1 (one source per network), read once to
 /// migrate a store and then deleted.
@@ -74,6 +69,19 @@ pub(super) mod v2 {
         TableDefinition::new("blocklist_by_source"),
         TableDefinition::new("allowlist_by_source"),
     ];
+}
+
+/// The tables of schema version 3 that version 4's `state` table holds,
+/// read once to migrate a store and then deleted.
+pub(super) mod v3 {
+    use redb::TableDefinition;
+
+    /// Filter settings and the agent's records, by key.
+    pub const SETTINGS: TableDefinition<&str, &str> = TableDefinition::new("settings");
+    /// The feeds' states, by feed name.
+    pub const FEEDS: TableDefinition<&str, &str> = TableDefinition::new("feeds");
+    /// The namespace the feeds' states move to.
+    pub const FEED_NAMESPACE: &str = "feed";
 }
 
 /// Which list entries belong to: the blocklist that becomes the filter, or
@@ -128,24 +136,13 @@ impl ListKind {
     }
 }
 
-/// `time` in whole seconds since the Unix epoch (0 before it).
-pub fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
-}
-
 /// An expiry as stored: Unix milliseconds, at least 1; 0 for none.
 pub(super) fn encode_expiry(expires: Option<SystemTime>) -> u64 {
-    expires.map_or(0, |time| {
-        let millis = time
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis());
-        u64::try_from(millis).unwrap_or(u64::MAX).max(1)
-    })
+    expires.map_or(0, |time| unix_millis(time).max(1))
 }
 
 pub(super) fn decode_expiry(millis: u64) -> Option<SystemTime> {
-    (millis != 0).then(|| UNIX_EPOCH + Duration::from_millis(millis))
+    (millis != 0).then(|| from_unix_millis(millis))
 }
 
 pub(super) fn encode_net(net: &IpNet) -> NetBytes {

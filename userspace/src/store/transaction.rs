@@ -1,6 +1,6 @@
 //! Write transactions ([`StoreTransaction`]): one source's entries added,
-//! deleted or replaced, expired memberships swept, settings and feed states
-//! written, all or nothing at [`commit`](StoreTransaction::commit).
+//! deleted or replaced, expired memberships swept, states written
+//! ([`super::state`]), all or nothing at [`commit`](StoreTransaction::commit).
 //!
 //! Every change is made of two moves on one list ([`ListWriter`]): a source
 //! *joins* a network (a new membership, or a renewed one) or *leaves* it.
@@ -15,14 +15,14 @@ use ipnet::IpNet;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use super::schema::{
-    encode_expiry, encode_net, memberships_of, unix_seconds, CountKey, ExpiryKey, MemberKey,
-    MemberValue, NetBytes, AGENT_STATE_KEY, ALL_SOURCES, COUNTS, FEEDS, FILTER_SETTINGS_KEY,
-    SETTINGS, SOURCES,
+    encode_expiry, encode_net, memberships_of, CountKey, ExpiryKey, MemberKey, MemberValue,
+    NetBytes, ALL_SOURCES, COUNTS, SOURCES,
 };
 use super::{
-    AddReport, AgentState, CrowdsecState, DeleteReport, ExpireReport, FeedState, FilterSettings,
-    InStore, ListKind, NewEntry, ReplaceReport, Store, StoreError,
+    AddReport, DeleteReport, ExpireReport, InStore, ListKind, NewEntry, ReplaceReport, Store,
+    StoreError,
 };
+use crate::time::unix_seconds;
 
 /// Source names and their ids, as in the `sources` table.
 pub(super) struct SourceIds {
@@ -682,78 +682,6 @@ impl StoreTransaction<'_> {
             }
             writer.finish().in_store(store)?;
             Ok(report)
-        })
-    }
-
-    /// Writes the filter settings.
-    pub fn set_settings(&mut self, settings: &FilterSettings) -> Result<(), StoreError> {
-        let json = serde_json::to_string(settings)
-            .map_err(|error| self.store.corrupt(format!("filter settings: {error}")))?;
-        self.put(SETTINGS, FILTER_SETTINGS_KEY, &json)
-    }
-
-    /// Writes the agent's state.
-    pub fn set_agent_state(&mut self, state: &AgentState) -> Result<(), StoreError> {
-        let json = serde_json::to_string(state)
-            .map_err(|error| self.store.corrupt(format!("agent state: {error}")))?;
-        self.put(SETTINGS, AGENT_STATE_KEY, &json)
-    }
-
-    /// Writes the state of the CrowdSec Local API at `url`.
-    pub fn set_crowdsec_state(
-        &mut self,
-        url: &str,
-        state: &CrowdsecState,
-    ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(state).map_err(|error| {
-            self.store
-                .corrupt(format!("state of CrowdSec LAPI {url}: {error}"))
-        })?;
-        self.put(SETTINGS, &super::schema::crowdsec_state_key(url), &json)
-    }
-
-    /// Writes the state of feed `name`.
-    pub fn set_feed_state(&mut self, name: &str, state: &FeedState) -> Result<(), StoreError> {
-        let json = serde_json::to_string(state)
-            .map_err(|error| self.store.corrupt(format!("state of feed {name}: {error}")))?;
-        self.put(FEEDS, name, &json)
-    }
-
-    /// Forgets the state of feed `name` (a feed no longer configured).
-    pub fn remove_feed_state(&mut self, name: &str) -> Result<(), StoreError> {
-        self.remove(FEEDS, name)
-    }
-
-    /// Forgets the state of the CrowdSec Local API at `url` (one no longer
-    /// followed): following it again starts with its whole list.
-    pub fn remove_crowdsec_state(&mut self, url: &str) -> Result<(), StoreError> {
-        self.remove(SETTINGS, &super::schema::crowdsec_state_key(url))
-    }
-
-    fn remove(
-        &mut self,
-        table: redb::TableDefinition<&str, &str>,
-        key: &str,
-    ) -> Result<(), StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            let mut table = self.txn.open_table(table).in_store(store)?;
-            table.remove(key).in_store(store)?;
-            Ok(())
-        })
-    }
-
-    fn put(
-        &mut self,
-        table: redb::TableDefinition<&str, &str>,
-        key: &str,
-        value: &str,
-    ) -> Result<(), StoreError> {
-        let store = self.store;
-        store.guarded(|| {
-            let mut table = self.txn.open_table(table).in_store(store)?;
-            table.insert(key, value).in_store(store)?;
-            Ok(())
         })
     }
 

@@ -14,6 +14,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
+use aya::maps::Map;
+use std::os::fd::AsFd;
+
+use super::{Result, XdpError};
+
 /// A read-write, shared mapping of an mmapable BPF array.
 #[derive(Debug)]
 pub struct MappedMap {
@@ -189,9 +194,25 @@ impl<T: PlainData> MappedValue<T> {
         unsafe { std::ptr::read_volatile(self.map.base.as_ptr().cast::<T>()) }
     }
 
+    /// Writes the whole value, with no reader about (a map just loaded,
+    /// before any program runs on it).
+    pub fn write(&self, value: &T) {
+        // SAFETY: as in `read`; the mapping is writable.
+        unsafe { std::ptr::write_volatile(self.map.base.as_ptr().cast::<T>(), *value) }
+    }
+
     /// The mapping, for atomic field access by offset
     /// (`std::mem::offset_of!`).
     pub fn fields(&self) -> &MappedMap {
         &self.map
     }
+}
+
+/// The value of the mmapable single-element ARRAY `map` (named `name`),
+/// mapped.
+pub(super) fn map_value<T: PlainData>(map: &Map, name: &'static str) -> Result<MappedValue<T>> {
+    let Map::Array(data) = map else {
+        return Err(XdpError::MissingMap(name));
+    };
+    MappedValue::new(data.fd().as_fd()).map_err(|source| XdpError::Mmap { name, source })
 }

@@ -25,8 +25,8 @@ use cfxdp::{
 };
 use filter_core::AddressFamily;
 
+use super::mapped::map_value;
 use super::mapped::{MappedMap, MappedValue};
-use super::program::map_value;
 use super::table::{FilterTable, TableFingerprint};
 use super::{Result, XdpError};
 use crate::plan::ActiveLengths;

@@ -26,8 +26,6 @@ use super::maps::FilterMaps;
 use super::program::{attach_pinned_program, detach_pinned, FilterProgram, PINNED_PROGRAM};
 use super::{AttachMode, LiveFilter, Result, XdpError};
 
-/// Where cfctl pins its program, maps and links unless told otherwise.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/cfctl";
 /// The subdirectory holding one link per interface.
 const LINKS_DIR: &str = "links";
 /// Magic number of a bpffs in `statfs`.

@@ -1,18 +1,16 @@
 //! Loading the `cfxdp` object and its program ([`FilterProgram`]),
 //! attaching it to interfaces directly or with pinned BPF links, moving a
 //! pinned link to another program with no gap, and running the program on
-//! a frame with `BPF_PROG_TEST_RUN` (verdict tests, the locate diagnostic).
+//! a frame with `BPF_PROG_TEST_RUN` (verdict tests).
 //!
 //! Loading goes through [`preload`](super::preload): the outer filter map is
 //! created first with a table of the chosen size as its inner template, so
 //! the verifier inlines every bucket lookup.
 
-use std::mem::offset_of;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
-use aya::maps::{Map, MapData};
+use aya::maps::MapData;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
 use aya::programs::Xdp;
@@ -20,14 +18,13 @@ use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use cfxdp::prefilter::Prefilter;
 use cfxdp::{
-    FilterShape, LocateReport, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, COUNTERS_MAP,
-    DEFAULT_ALLOWLIST_ENTRIES, LOCATE_MAP, LOCATE_PROGRAM, MATCH_DESTINATION_GLOBAL,
+    by_shape, FilterShape, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, COUNTERS_MAP,
+    DEFAULT_ALLOWLIST_ENTRIES, MATCH_DESTINATION_GLOBAL,
 };
 
-use super::mapped::{MappedValue, PlainData};
 use super::maps::{filter_profile, FilterMaps};
 use super::preload::{self, TemporaryBpffs};
-use super::table::{FilterTable, TableError};
+use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
 use super::test_run::{run_xdp, TestRun};
 use super::{AttachMode, LiveFilter, Result, XdpError};
 use crate::plan::ActiveLengths;
@@ -73,7 +70,6 @@ pub struct FilterProgram {
     ebpf: Ebpf,
     shape: FilterShape,
     live: LiveFilter,
-    locate: Option<MappedValue<LocateReport>>,
 }
 
 impl FilterProgram {
@@ -96,7 +92,7 @@ impl FilterProgram {
 
     fn load_with(options: &LoadOptions, counters: Option<&MapData>) -> Result<Self> {
         let outer_name = options.shape.outer_map();
-        let table = EmptyTable::create(options.shape, options.bucket_count)?;
+        let table = by_shape!(options.shape, empty_table(options.bucket_count))?;
         let outer = preload::create_outer_map(outer_name, table.map())
             .map_err(|source| XdpError::OuterMap { source })?;
         let bpffs = TemporaryBpffs::mount().map_err(|source| XdpError::Bpffs { source })?;
@@ -138,7 +134,6 @@ impl FilterProgram {
             ebpf,
             shape: options.shape,
             live: LiveFilter::new(maps),
-            locate: None,
         })
     }
 
@@ -248,39 +243,6 @@ impl FilterProgram {
             source,
         })
     }
-
-    /// Diagnostic: what the program's own code computes for `frame`'s
-    /// matched address at the live profile's first prefix length of its
-    /// family (hash, and fingerprint and buckets for each fingerprint
-    /// width), by running the `locate_key` program on it. `None` for a frame
-    /// that is not IP.
-    pub fn locate(&mut self, frame: &[u8]) -> Result<Option<LocateReport>> {
-        if self.locate.is_none() {
-            xdp_mut(&mut self.ebpf, LOCATE_PROGRAM)?
-                .load()
-                .map_err(|source| XdpError::Program {
-                    name: LOCATE_PROGRAM,
-                    source,
-                })?;
-            let map = self
-                .ebpf
-                .take_map(LOCATE_MAP)
-                .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
-            self.locate = Some(map_value(&map, LOCATE_MAP)?);
-        }
-        let report = self
-            .locate
-            .as_ref()
-            .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
-        let valid = report
-            .fields()
-            .atomic_u32(offset_of!(LocateReport, valid))
-            .ok_or(XdpError::MissingMap(LOCATE_MAP))?;
-        valid.store(0, Ordering::SeqCst);
-        self.test_run_program(LOCATE_PROGRAM, frame, 1)?;
-        let value = report.read();
-        Ok((value.valid == 1).then_some(value))
-    }
 }
 
 /// Attaches the program that [`Blocklist::pin`] pinned in `dir` to one
@@ -338,40 +300,10 @@ fn xdp_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp> {
         .map_err(|source| XdpError::Program { name, source })
 }
 
-pub(super) fn map_value<T: PlainData>(map: &Map, name: &'static str) -> Result<MappedValue<T>> {
-    let Map::Array(data) = map else {
-        return Err(XdpError::MissingMap(name));
-    };
-    MappedValue::new(data.fd().as_fd()).map_err(|source| XdpError::Mmap { name, source })
-}
-
-/// An empty table of any shape, only to be installed.
-enum EmptyTable {
-    Fingerprint8(FilterTable<u8, 8>),
-    Fingerprint16(FilterTable<u16, 4>),
-    Fingerprint32(FilterTable<u32, 4>),
-}
-
-impl EmptyTable {
-    fn create(shape: FilterShape, bucket_count: usize) -> Result<Self, TableError> {
-        Ok(match shape {
-            FilterShape::Fingerprint8 => {
-                EmptyTable::Fingerprint8(FilterTable::create(bucket_count)?)
-            }
-            FilterShape::Fingerprint16 => {
-                EmptyTable::Fingerprint16(FilterTable::create(bucket_count)?)
-            }
-            FilterShape::Fingerprint32 => {
-                EmptyTable::Fingerprint32(FilterTable::create(bucket_count)?)
-            }
-        })
-    }
-
-    fn map(&self) -> &MapData {
-        match self {
-            EmptyTable::Fingerprint8(table) => table.map(),
-            EmptyTable::Fingerprint16(table) => table.map(),
-            EmptyTable::Fingerprint32(table) => table.map(),
-        }
-    }
+/// An empty table of `bucket_count` buckets of fingerprints `F` in buckets
+/// of `S`, only to be installed as the outer map's inner template.
+fn empty_table<F: TableFingerprint, const S: usize>(
+    bucket_count: usize,
+) -> Result<Box<dyn TableMap>, TableError> {
+    Ok(Box::new(FilterTable::<F, S>::create(bucket_count)?))
 }

@@ -290,3 +290,16 @@ impl<F: TableFingerprint, const S: usize> BucketStorage<F, S> for FilterTable<F,
         }
     }
 }
+
+/// A table of any shape as the map it is, for whoever only hands the map
+/// on (the loader's inner template).
+pub trait TableMap {
+    /// The table's map.
+    fn map(&self) -> &MapData;
+}
+
+impl<F: TableFingerprint, const S: usize> TableMap for FilterTable<F, S> {
+    fn map(&self) -> &MapData {
+        FilterTable::map(self)
+    }
+}

@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod cli;
 pub mod feed_server;
+pub mod locate;
 pub mod netns;
 pub mod qemu;
 pub mod raw_frames;

@@ -1,12 +1,11 @@
 //! `cfctl agent`: checks the agent's configuration, or runs the agent
 //! (`cfctl::agent`) with its log on standard error.
 
-use std::io::IsTerminal;
-
 use anyhow::bail;
-use cfctl::agent::config::{Config, FeedLocation};
+use cfctl::agent::config::Config;
 use cfctl::agent::{self, AgentOptions};
 use cfctl::control::require_privileges;
+use cfctl::text::Escaped;
 use serde::Serialize;
 
 use crate::cli::{AgentArgs, GlobalOptions};
@@ -22,12 +21,7 @@ pub fn run(global: &GlobalOptions, args: &AgentArgs) -> anyhow::Result<()> {
         return print(global, &ConfigSummary::of(&config), config_summary);
     }
     require_privileges("run the agent on the pinned blocklist and its store")?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        // Colours only on a terminal: not in journald or a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    agent::log::init();
     agent::run(&AgentOptions {
         config: args.config.clone(),
         pin_dir: global.pin_dir.clone(),
@@ -42,53 +36,18 @@ pub fn run(global: &GlobalOptions, args: &AgentArgs) -> anyhow::Result<()> {
 #[derive(Serialize)]
 struct ConfigSummary {
     metrics: Option<String>,
-    feeds: Vec<FeedSummary>,
-    crowdsec: Option<CrowdsecSummary>,
-}
-
-#[derive(Serialize)]
-struct CrowdsecSummary {
-    url: String,
-    pull_seconds: u64,
-    scopes: Vec<String>,
-    types: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct FeedSummary {
-    name: String,
-    source: String,
-    location: String,
-    refresh_seconds: u64,
-    format: &'static str,
-    list: &'static str,
+    sources: Vec<serde_json::Value>,
+    #[serde(skip)]
+    lines: Vec<String>,
 }
 
 impl ConfigSummary {
     fn of(config: &Config) -> Self {
+        let (lines, sources) = config.sources.iter().map(|source| source.summary()).unzip();
         Self {
             metrics: config.metrics.map(|address| address.to_string()),
-            feeds: config
-                .feeds
-                .iter()
-                .map(|feed| FeedSummary {
-                    name: feed.name.clone(),
-                    source: feed.source(),
-                    location: match &feed.location {
-                        FeedLocation::Url(url) => url.clone(),
-                        FeedLocation::Path(path) => path.display().to_string(),
-                    },
-                    refresh_seconds: feed.refresh.as_secs(),
-                    format: feed.format.map_or("auto", |format| format.name()),
-                    list: feed.list.name(),
-                })
-                .collect(),
-            crowdsec: config.crowdsec.as_ref().map(|lapi| CrowdsecSummary {
-                url: lapi.url.clone(),
-                pull_seconds: lapi.pull.as_secs(),
-                scopes: lapi.scopes.clone(),
-                types: lapi.types.clone(),
-            }),
+            sources,
+            lines,
         }
     }
 }
@@ -98,27 +57,10 @@ fn config_summary(summary: &ConfigSummary) {
         Some(address) => println!("metrics  http://{address}/metrics"),
         None => println!("metrics  off"),
     }
-    if summary.feeds.is_empty() && summary.crowdsec.is_none() {
-        println!("no feeds: the agent only ends expired listings");
+    if summary.lines.is_empty() {
+        println!("no sources: the agent only ends expired listings");
     }
-    if let Some(lapi) = &summary.crowdsec {
-        println!(
-            "crowdsec {} -> blocklist of crowdsec, every {}, scopes {}, types {}",
-            lapi.url,
-            humantime::format_duration(std::time::Duration::from_secs(lapi.pull_seconds)),
-            lapi.scopes.join(","),
-            lapi.types.join(",")
-        );
-    }
-    for feed in &summary.feeds {
-        println!(
-            "feed     {} -> {} of {}, every {}, format {}: {}",
-            feed.name,
-            feed.list,
-            feed.source,
-            humantime::format_duration(std::time::Duration::from_secs(feed.refresh_seconds)),
-            feed.format,
-            feed.location
-        );
+    for line in &summary.lines {
+        println!("{}", Escaped(line));
     }
 }

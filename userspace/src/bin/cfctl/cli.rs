@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cfctl::control::{DirCheck, DEFAULT_PIN_DIR, DEFAULT_STATE_DIR};
+use cfctl::control::{DirCheck, FilterSettings};
+use cfctl::paths;
+use cfctl::sources::cli::SOURCE as CLI_SOURCE;
 use cfctl::xdp::AttachMode;
-use cfctl::{MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
+use cfctl::{FilterShape, MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -33,7 +35,10 @@ after a reboot rebuilds the filter from the store.
 With --device, the same verbs (add, del, check, import, status, stats, save) \
 drive a microcontroller running the filter firmware over a serial link.";
 
-const EXAMPLES: &str = "\
+/// The long help's examples, files and exit statuses.
+fn examples() -> String {
+    format!(
+        "\
 Examples:
   cfctl attach eth0                       load and attach, filter from the store
   cfctl import firehol_level1.netset      add a feed's entries (all or nothing)
@@ -45,12 +50,18 @@ Examples:
   cfctl --device /dev/ttyUSB0 import list.txt   push a list to a device
 
 Files:
-  /sys/fs/bpf/cfctl     pinned program, maps and links (--pin-dir)
-  /var/lib/cfctl        the entry store, cfctl.redb (--state-dir)
+  {pin_dir:<21} pinned program, maps and links (--pin-dir)
+  {state_dir:<21} the entry store, cfctl.redb (--state-dir)
+  {config:<21} the agent's configuration (agent --config)
 
 Exit status: 0 on success, 1 on any error (one line on standard error), \
 2 for a command line that cannot be parsed. `cfctl check` answers like grep: \
-0 if the address is listed, 1 if not, 2 on error.";
+0 if the address is listed, 1 if not, 2 on error.",
+        pin_dir = paths::PIN_DIR,
+        state_dir = paths::STATE_DIR,
+        config = paths::AGENT_CONFIG,
+    )
+}
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -59,7 +70,7 @@ Exit status: 0 on success, 1 on any error (one line on standard error), \
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_long_help = EXAMPLES,
+    after_long_help = examples(),
     propagate_version = true
 )]
 pub struct Cli {
@@ -78,10 +89,10 @@ pub struct GlobalOptions {
     pub json: bool,
     /// The bpffs directory holding the pinned program, maps and links
     /// (bpffs is mounted at /sys/fs/bpf if it is missing).
-    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
+    #[arg(long, global = true, value_name = "DIR", default_value = paths::PIN_DIR)]
     pub pin_dir: PathBuf,
     /// The directory holding the entry store.
-    #[arg(long, global = true, value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    #[arg(long, global = true, value_name = "DIR", default_value = paths::STATE_DIR)]
     pub state_dir: PathBuf,
     /// Drive a filter device instead of XDP: a serial port or pty, a unix
     /// socket, or tcp:HOST:PORT (a ser2net-style serial server).
@@ -264,7 +275,7 @@ pub struct AgentArgs {
     /// The configuration file (TOML: [metrics] listen, and [[feed]] tables
     /// with name, url or path, refresh, format, list, timeout, max_bytes,
     /// max_entries).
-    #[arg(long, value_name = "FILE", default_value = "/etc/cfctl/agent.toml")]
+    #[arg(long, value_name = "FILE", default_value = paths::AGENT_CONFIG)]
     pub config: PathBuf,
     /// Refresh every feed and end the expired listings once, then exit.
     #[arg(long, conflicts_with = "check_config")]
@@ -284,27 +295,57 @@ pub struct AttachArgs {
     /// interface).
     #[arg(long, value_parser = attach_mode(), default_value = "native")]
     pub mode: AttachMode,
-    /// Filter keys the filter is sized for [stored; default 1048576].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = stored(
+        "Filter keys the filter is sized for",
+        FilterSettings::default().capacity.to_string(),
+    ))]
     pub capacity: Option<u64>,
-    /// Target false-positive rate per probe; picks the narrowest
-    /// fingerprint that reaches it [stored; default 16-bit].
-    #[arg(long, value_name = "P", conflicts_with = "fingerprint_bits")]
+    #[arg(long, value_name = "P", conflicts_with = "fingerprint_bits", help = stored(
+        "Target false-positive rate per probe; picks the narrowest fingerprint that reaches it",
+        format!("{}-bit", FilterSettings::default().shape.fingerprint_bits()),
+    ))]
     pub fpr: Option<f64>,
-    /// Fingerprint width.
-    #[arg(long, value_name = "BITS", value_parser = ["8", "16", "32"])]
-    pub fingerprint_bits: Option<String>,
-    /// Match packets' source or destination addresses [stored; default src].
-    #[arg(long = "match", value_parser = setting::<MatchAddress>())]
+    #[arg(long, value_name = "BITS", value_parser = fingerprint_shape(), help = stored(
+        "Fingerprint width",
+        FilterSettings::default().shape.fingerprint_bits().to_string(),
+    ))]
+    pub fingerprint_bits: Option<FilterShape>,
+    #[arg(long = "match", value_parser = setting::<MatchAddress>(), help = stored(
+        "Match packets' source or destination addresses",
+        FilterSettings::default().match_address.name().to_owned(),
+    ))]
     pub match_address: Option<MatchAddress>,
-    /// Deny listed addresses, or allow only allowlisted ones [stored;
-    /// default deny].
-    #[arg(long, value_parser = setting::<Policy>())]
+    #[arg(long, value_parser = setting::<Policy>(), help = stored(
+        "Deny listed addresses, or allow only allowlisted ones",
+        FilterSettings::default().policy.name().to_owned(),
+    ))]
     pub policy: Option<Policy>,
-    /// Drop or pass malformed frames (see `cfctl malformed --help`)
-    /// [stored; default drop].
-    #[arg(long, value_parser = setting::<MalformedAction>())]
+    #[arg(long, value_parser = setting::<MalformedAction>(), help = stored(
+        "Drop or pass malformed frames (see `cfctl malformed --help`)",
+        FilterSettings::default().malformed.name().to_owned(),
+    ))]
     pub malformed: Option<MalformedAction>,
+}
+
+/// The help of an `attach` option whose value is stored, with its
+/// default.
+fn stored(what: &str, default: String) -> String {
+    format!("{what} [stored; default {default}]")
+}
+
+/// Parses a fingerprint width into its filter shape, and offers the
+/// widths there are in help and completions.
+fn fingerprint_shape() -> impl TypedValueParser<Value = FilterShape> {
+    let widths: Vec<String> = FilterShape::ALL
+        .iter()
+        .map(|shape| shape.fingerprint_bits().to_string())
+        .collect();
+    PossibleValuesParser::new(widths).map(|bits| {
+        bits.parse()
+            .ok()
+            .and_then(FilterShape::from_bits)
+            .expect("one of the possible values")
+    })
 }
 
 #[derive(Debug, Args)]
@@ -336,7 +377,7 @@ pub struct AddArgs {
     pub comment: Option<String>,
     /// The source that lists them: an entry stays listed until every source
     /// that lists it drops it.
-    #[arg(long, value_name = "NAME", default_value = "cli")]
+    #[arg(long, value_name = "NAME", default_value = CLI_SOURCE)]
     pub source: String,
     /// Unlist them after this long (`90s`, `1h30m`, `7d`); adding an entry
     /// again renews it.

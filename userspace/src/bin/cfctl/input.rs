@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::Context as _;
-use cfctl::control;
 use cfctl::netlist::{self, ListFormat, ParseOptions, ParsedList};
+use cfctl::sources::cli;
 use cfctl::text::{self, Escaped};
 use ipnet::IpNet;
 
@@ -40,7 +40,7 @@ pub fn nets_to_add(global: &GlobalOptions, texts: &[String]) -> anyhow::Result<V
 /// Refuses entries for a whole family unless `force`, and warns about them
 /// when forced.
 fn warn_whole_families(nets: &[IpNet], force: bool) -> anyhow::Result<()> {
-    for net in control::whole_families(nets, force)? {
+    for net in cli::whole_families(nets, force)? {
         eprintln!("cfctl: warning: {net} covers every address of its family");
     }
     Ok(())

@@ -2,19 +2,22 @@
 //! `--json`; and the progress bar of long imports.
 
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, UNIX_EPOCH};
+use std::path::Path;
+use std::time::Duration;
 
 use filter_core::protocol::{Info, Stats};
 use filter_core::AddressFamily;
 use ipnet::IpNet;
 
+use cfctl::agent::{self, status::AgentStatus};
 use cfctl::control::device::{DeviceDelete, DeviceImport};
 use cfctl::control::{
-    AttachReport, ChangeReport, CheckResult, CounterRecord, DetachReport, EntryRecord,
+    AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Progress, Status, TableSummary, VerifyReport,
 };
 use cfctl::netlist::export_line;
-use cfctl::text::Escaped;
+use cfctl::text::{thousands, Escaped};
+use cfctl::time::utc;
 use cfctl::xdp::maps::PREFILTER_BYTES;
 use cfctl::{MalformedAction, MatchAddress, Setting};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,19 +29,6 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     serde_json::to_writer(&mut out, value)?;
     writeln!(out)?;
     Ok(())
-}
-
-/// `1234567` as `1,234,567`.
-pub fn thousands(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 fn bytes(value: usize) -> String {
@@ -186,15 +176,6 @@ fn notes(nets: &[IpNet], what: &str) {
     }
 }
 
-/// `seconds` since the Unix epoch as a UTC date and time,
-/// `YYYY-MM-DD HH:MM:SSZ`.
-fn time(seconds: u64) -> String {
-    let instant = UNIX_EPOCH + Duration::from_secs(seconds);
-    humantime::format_rfc3339_seconds(instant)
-        .to_string()
-        .replacen('T', " ", 1)
-}
-
 fn entry_line(entry: &EntryRecord) -> String {
     let sources: Vec<String> = entry
         .sources
@@ -207,12 +188,12 @@ fn entry_line(entry: &EntryRecord) -> String {
                 .unwrap_or_default();
             let expires = member
                 .expires
-                .map(|expires| format!(", expires {}", time(expires)))
+                .map(|expires| format!(", expires {}", utc(expires)))
                 .unwrap_or_default();
             format!(
                 "from {}{comment}, added {}{expires}",
                 Escaped(&member.source),
-                time(member.added)
+                utc(member.added)
             )
         })
         .collect();
@@ -270,7 +251,8 @@ pub fn export(entries: &[EntryRecord]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn status(status: &Status) {
+pub fn status(full: &FullStatus) {
+    let status = &full.filter;
     if status.interfaces.is_empty() {
         println!("not attached to any interface");
     } else {
@@ -330,9 +312,9 @@ pub fn status(status: &Status) {
         );
     }
     if let Some(next) = status.next_expiry {
-        println!("next expiry  {}", time(next));
+        println!("next expiry  {}", utc(next));
     }
-    agent(status);
+    agent(full);
     match &status.filter {
         None => println!(
             "filter       {}-bit fingerprints, sized for {} keys (built at attach)",
@@ -368,64 +350,55 @@ pub fn status(status: &Status) {
     }
 }
 
-/// The agent's lines of `status`: whether it runs, and each feed's last
-/// refresh.
-fn agent(status: &Status) {
-    if let Some(agent) = &status.agent {
-        let state = &agent.state;
-        let running = if agent.running {
-            format!("running (pid {}) since {}", state.pid, time(state.started))
-        } else {
-            format!("not running (last started {})", time(state.started))
-        };
-        println!("agent        {running}, {}", Escaped(&state.config));
-        if let Some(metrics) = &state.metrics {
-            println!("  metrics    http://{}/metrics", Escaped(metrics));
-        }
-    }
-    for feed in &status.feeds {
-        let state = &feed.state;
-        let last = last_outcome(state.last_success, state.last_error.as_deref(), "refreshed");
-        let refused = match state.refused {
-            0 => String::new(),
-            refused => format!(" ({} refused: whole family)", thousands(refused as u64)),
-        };
-        println!(
-            "  feed {:<12} {} entries{refused}, {last} ({} updated, {} unchanged, {} failed)",
-            Escaped(&feed.name),
-            thousands(state.entries as u64),
-            state.updated,
-            state.not_modified,
-            state.failed
-        );
-    }
-    if let Some(lapi) = &status.crowdsec {
-        let last = last_outcome(lapi.last_success, lapi.last_error.as_deref(), "pulled");
-        println!(
-            "  crowdsec   {} {} decisions, {last}",
-            Escaped(&lapi.url),
-            thousands(lapi.decisions as u64)
-        );
-        for (origin, counts) in &lapi.origins {
-            println!(
-                "    {:<12} {} received, {} applied, {} ignored, {} expired",
-                Escaped(origin),
-                counts.received,
-                counts.applied,
-                counts.ignored,
-                counts.expired
-            );
-        }
+/// `cfctl status`: the filter's and the store's, the agent's, and every
+/// kind of source's.
+#[derive(Serialize)]
+pub struct FullStatus {
+    #[serde(flatten)]
+    filter: Status,
+    agent: Option<AgentStatus>,
+    #[serde(flatten)]
+    sources: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip)]
+    source_lines: Vec<String>,
+}
+
+impl FullStatus {
+    /// The status of `control` and of the agent of its store in
+    /// `state_dir`.
+    pub fn of(control: &Control, state_dir: &Path) -> anyhow::Result<Self> {
+        let (agent, sources) = agent::status::status(control.store(), state_dir)?;
+        Ok(Self {
+            filter: control.status()?,
+            agent,
+            source_lines: sources
+                .iter()
+                .flat_map(|source| source.lines.clone())
+                .collect(),
+            sources: sources
+                .into_iter()
+                .map(|source| (source.key.to_owned(), source.json))
+                .collect(),
+        })
     }
 }
 
-/// How the last refresh or pull went: `failing: ERROR`, `DONE TIME` or
-/// `never DONE`.
-fn last_outcome(last_success: Option<u64>, last_error: Option<&str>, done: &str) -> String {
-    match (last_success, last_error) {
-        (_, Some(error)) => format!("failing: {}", Escaped(error)),
-        (Some(at), None) => format!("{done} {}", time(at)),
-        (None, None) => format!("never {done}"),
+/// The agent's lines of `status`: whether it runs, and each source's.
+fn agent(status: &FullStatus) {
+    if let Some(agent) = &status.agent {
+        let record = &agent.record;
+        let running = if agent.running {
+            format!("running (pid {}) since {}", record.pid, utc(record.started))
+        } else {
+            format!("not running (last started {})", utc(record.started))
+        };
+        println!("agent        {running}, {}", Escaped(&record.config));
+        if let Some(metrics) = &record.metrics {
+            println!("  metrics    http://{}/metrics", Escaped(metrics));
+        }
+    }
+    for line in &status.source_lines {
+        println!("{line}");
     }
 }
 
@@ -625,10 +598,10 @@ mod tests {
 
     #[test]
     fn times_are_utc_civil_dates() {
-        assert_eq!(time(0), "1970-01-01 00:00:00Z");
-        assert_eq!(time(951_782_400), "2000-02-29 00:00:00Z");
-        assert_eq!(time(1_764_460_800), "2025-11-30 00:00:00Z");
-        assert_eq!(time(4_107_542_399), "2100-02-28 23:59:59Z");
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
+        assert_eq!(utc(1_764_460_800), "2025-11-30 00:00:00Z");
+        assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59Z");
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
 use cfctl::control::{
-    self, attach, fingerprint_bits_for_fpr, require_privileges, AttachOptions, Change, Control,
-    EntryRecord, NoProgress, StoreUse,
+    self, attach, require_privileges, shape_for_fpr, AttachOptions, Change, Control, EntryRecord,
+    ListKind, NoProgress, StoreUse,
 };
-use cfctl::store::{ListKind, NewEntry};
+use cfctl::sources::{cli, file};
 use cfctl::text::{self, Escaped};
 use cfctl::xdp::PinDir;
 use cfctl::Setting;
@@ -112,7 +112,11 @@ fn on_store(
             }
         }
         Command::Import(args) => import(global, control, args),
-        Command::Status => print(global, &control.status()?, report::status),
+        Command::Status => print(
+            global,
+            &report::FullStatus::of(control, &global.state_dir)?,
+            report::status,
+        ),
         Command::Mode(args) => {
             control.set_mode(args.mode)?;
             let name = args.mode.name();
@@ -142,14 +146,14 @@ fn on_store(
 }
 
 fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> anyhow::Result<()> {
-    let fingerprint_bits = match (&args.fingerprint_bits, args.fpr) {
-        (Some(bits), _) => Some(bits.parse()?),
-        (None, Some(fpr)) => Some(fingerprint_bits_for_fpr(fpr)?),
+    let shape = match (args.fingerprint_bits, args.fpr) {
+        (Some(shape), _) => Some(shape),
+        (None, Some(fpr)) => Some(shape_for_fpr(fpr)?),
         (None, None) => None,
     };
     let options = AttachOptions {
         capacity: args.capacity,
-        fingerprint_bits,
+        shape,
         match_address: args.match_address,
         policy: args.policy,
         malformed: args.malformed,
@@ -165,20 +169,13 @@ fn add(
     args: &AddArgs,
 ) -> anyhow::Result<()> {
     let nets = nets_to_add(global, &args.entries)?;
-    let source = source_name(&args.source)?;
+    let source = cli::check_source_name(&args.source)?;
     let comment = match args.comment.as_deref() {
         Some(comment) => text::check_comment(comment).context("--comment")?,
         None => None,
     };
     let expires = args.timeout.map(|timeout| SystemTime::now() + timeout);
-    let entries: Vec<NewEntry<'_>> = nets
-        .iter()
-        .map(|&net| NewEntry {
-            net,
-            comment,
-            expires,
-        })
-        .collect();
+    let entries = cli::entries(&nets, comment, expires);
     let change = Change::Add {
         source,
         entries: &entries,
@@ -194,7 +191,11 @@ fn delete(
     args: &DelArgs,
 ) -> anyhow::Result<()> {
     let nets = parse_nets(&args.entries)?;
-    let source = args.source.as_deref().map(source_name).transpose()?;
+    let source = args
+        .source
+        .as_deref()
+        .map(cli::check_source_name)
+        .transpose()?;
     let report = control.change(
         list,
         Change::Delete {
@@ -210,11 +211,11 @@ fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> a
     let list = read_list(global, args)?;
     let source = match &args.source {
         Some(source) => source.clone(),
-        None => format!("file:{}", list.source),
+        None => file::source_of(&list.source),
     };
-    let source = source_name(&source)?;
+    let source = cli::check_source_name(&source)?;
     let expires = args.timeout.map(|timeout| SystemTime::now() + timeout);
-    let entries: Vec<NewEntry<'_>> = NewEntry::from_list(&list, expires).collect();
+    let entries = file::entries(&list, expires);
     let change = match args.replace {
         true => Change::Replace {
             source,
@@ -229,12 +230,6 @@ fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> a
     let report = control.change(ListKind::Blocklist, change, &bar)?;
     drop(bar);
     print(global, &report, report::change)
-}
-
-/// A source name as given, if it is one.
-fn source_name(name: &str) -> anyhow::Result<&str> {
-    control::check_source_name(name)?;
-    Ok(name)
 }
 
 fn verify(global: &GlobalOptions, control: &mut Control) -> anyhow::Result<()> {

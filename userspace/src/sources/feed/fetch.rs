@@ -1,14 +1,17 @@
 //! Fetching a feed: an HTTP(S) GET with conditional-request validators
 //! (`If-None-Match` from the last `ETag`, `If-Modified-Since` from the
-//! last `Last-Modified`), or a local file; bounded in time and bytes. The
-//! body is parsed all or nothing ([`parse`], bounded in entries) when the
-//! agent applies it. Nothing here touches the store.
+//! last `Last-Modified`, sent only when the last good list was applied
+//! under the feed's settings of now), or a local file; bounded in time and
+//! bytes; redirects followed, and the URL the body came from kept. The
+//! body is parsed all or nothing ([`parse`], bounded in entries). Nothing
+//! here touches the store: a fetch runs on a thread of its own.
 
 use std::io::Read;
 
-use super::config::{FeedConfig, FeedLocation};
+use ureq::ResponseExt;
+
+use super::{FeedConfig, FeedLocation};
 use crate::netlist::{self, ParseOptions, ParsedList};
-use crate::store::FeedState;
 
 /// What a fetch found.
 #[derive(Debug)]
@@ -21,6 +24,8 @@ pub enum Fetched {
         etag: Option<String>,
         /// Its `Last-Modified`.
         last_modified: Option<String>,
+        /// Where it came from after redirects, if not the feed's URL.
+        redirected_to: Option<String>,
     },
     /// The server says the list has not changed since the last good one.
     NotModified,
@@ -61,11 +66,19 @@ pub fn user_agent() -> String {
     format!("cfctl-agent/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Fetches `feed`, conditionally on `state`'s validators if its last good
-/// list was applied under the feed's settings of now.
-pub fn fetch(feed: &FeedConfig, state: &FeedState) -> Result<Fetched, FetchError> {
+/// The validators of the last good list, sent with a fetch of its URL.
+#[derive(Clone, Debug, Default)]
+pub struct Validators {
+    /// Its `ETag`, sent as `If-None-Match`.
+    pub etag: Option<String>,
+    /// Its `Last-Modified`, sent as `If-Modified-Since`.
+    pub last_modified: Option<String>,
+}
+
+/// Fetches `feed`, conditionally on `validators`.
+pub fn fetch(feed: &FeedConfig, validators: &Validators) -> Result<Fetched, FetchError> {
     match &feed.location {
-        FeedLocation::Url(url) => fetch_url(feed, url, state),
+        FeedLocation::Url(url) => fetch_url(feed, url, validators),
         FeedLocation::Path(path) => {
             let file_error = |error| FetchError::File {
                 path: path.display().to_string(),
@@ -77,12 +90,13 @@ pub fn fetch(feed: &FeedConfig, state: &FeedState) -> Result<Fetched, FetchError
                 bytes,
                 etag: None,
                 last_modified: None,
+                redirected_to: None,
             })
         }
     }
 }
 
-fn fetch_url(feed: &FeedConfig, url: &str, state: &FeedState) -> Result<Fetched, FetchError> {
+fn fetch_url(feed: &FeedConfig, url: &str, validators: &Validators) -> Result<Fetched, FetchError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(feed.timeout))
         .http_status_as_error(false)
@@ -90,13 +104,11 @@ fn fetch_url(feed: &FeedConfig, url: &str, state: &FeedState) -> Result<Fetched,
         .build()
         .into();
     let mut request = agent.get(url);
-    if state.applied_with.as_deref() == Some(feed.applied_settings().as_str()) {
-        if let Some(etag) = &state.etag {
-            request = request.header("If-None-Match", etag);
-        }
-        if let Some(last_modified) = &state.last_modified {
-            request = request.header("If-Modified-Since", last_modified);
-        }
+    if let Some(etag) = &validators.etag {
+        request = request.header("If-None-Match", etag);
+    }
+    if let Some(last_modified) = &validators.last_modified {
+        request = request.header("If-Modified-Since", last_modified);
     }
     let response = request
         .call()
@@ -119,6 +131,8 @@ fn fetch_url(feed: &FeedConfig, url: &str, state: &FeedState) -> Result<Fetched,
             .map(str::to_owned)
     };
     let (etag, last_modified) = (header("etag"), header("last-modified"));
+    let final_url = response.get_uri().to_string();
+    let redirected_to = (final_url != url).then_some(final_url);
     let bytes = read_bounded(
         response.into_body().into_reader(),
         feed.max_bytes,
@@ -128,6 +142,7 @@ fn fetch_url(feed: &FeedConfig, url: &str, state: &FeedState) -> Result<Fetched,
         bytes,
         etag,
         last_modified,
+        redirected_to,
     })
 }
 

@@ -1,0 +1,44 @@
+//! Time as cfctl records and shows it: points in time as Unix seconds or
+//! milliseconds (what the store, the states and the JSON reports hold),
+//! and back. Every conversion is here, so that all agree on the epoch, on
+//! rounding (always down) and on times before 1970 (read as the epoch).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `time` in whole seconds since the Unix epoch (0 before it).
+pub fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// `time` in whole milliseconds since the Unix epoch (0 before it).
+pub fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+/// `time` in seconds since the Unix epoch, with its fraction (Prometheus
+/// timestamps).
+pub fn unix_seconds_f64(time: SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
+}
+
+/// The time `seconds` after the Unix epoch.
+pub fn from_unix_seconds(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
+/// The time `millis` after the Unix epoch.
+pub fn from_unix_millis(millis: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(millis)
+}
+
+/// `seconds` since the Unix epoch as a UTC date and time, as reports show
+/// it: `YYYY-MM-DD HH:MM:SSZ`.
+pub fn utc(seconds: u64) -> String {
+    humantime::format_rfc3339_seconds(from_unix_seconds(seconds))
+        .to_string()
+        .replacen('T', " ", 1)
+}
