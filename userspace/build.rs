@@ -1,6 +1,9 @@
-//! Builds the eBPF objects (`blocklist`, `baselines`) of the `ebpf` crate for
+//! Builds the eBPF objects of the `cfxdp` crate (`ebpf/`) for
 //! `bpfel-unknown-none` with the nightly toolchain and bpf-linker, into
-//! `OUT_DIR`, where `loader` and the benchmark include them.
+//! `OUT_DIR`: `cfxdp`, the program `cfctl::xdp` loads; `baselines`, the
+//! programs the XDP benchmark measures it beside; `locate`, the probe the
+//! tests use to hold the hashes and buckets the data plane computes
+//! against filter-core's.
 
 use std::path::Path;
 

@@ -1,30 +1,38 @@
-//! The userspace side of the cuckoo-filter blocklist, and the library
-//! behind `cfctl`.
+//! cfctl: the control plane of the XDP cuckoo-filter blocklist and of
+//! filter devices, and the library behind the `cfctl` command.
 //!
 //! # Rooms
 //!
-//! | module | what it owns |
-//! |---|---|
-//! | [`blocklist`] | parsing FireHOL, Spamhaus and plain lists (streamed, bounded) |
-//! | [`text`] | text from outside: its bounds, and escaping for output and export |
-//! | [`store`] | the source of truth: the exact entries and settings, in a crash-safe redb file |
-//! | [`plan`] | entries to reference-counted filter keys: prefix lengths, exact diffs, prefilter bits, `check` |
-//! | [`filter`] | filters built in process memory from keys, for every fingerprint shape |
-//! | [`xdp`] | everything that touches the XDP program and its maps, behind [`xdp::LiveFilter`] and [`xdp::PinDir`] |
-//! | [`device`] | the client of the firmware's serial protocol |
-//! | [`control`] | the control plane: moves entries from a source through the store and the plan to a live filter or a device |
-//! | [`agent`] | the long-running service: feeds, expiry and metrics scheduled around `control` |
+//! Each room is a module whose documentation opens with what it keeps. A
+//! room imports only the rooms this table allows (every room may use the
+//! map ABI re-exported here from `cfxdp`, and the crates `filter-core` and
+//! `cfxdp`); `tests/rooms.rs` reads the table and fails when the code
+//! imports a room it does not name, or when files import each other in a
+//! circle.
 //!
-//! Imports run one way: `control` uses `store`, `plan`, `filter`, `xdp` and
-//! `device`; `xdp` and `device` use `plan` and `filter`; those use
-//! `filter-core` and the map ABI (`cfxdp`). `agent` sits on top
-//! of `control` and uses nothing below it but the store's read side. `cfctl` (the binary)
-//! parses the command line, calls `control` and prints reports.
+//! <!-- rooms -->
+//! | room | what it owns | may import |
+//! |---|---|---|
+//! | [`text`] | text from outside: its bounds, and escaping for output and export | |
+//! | [`time`] | points in time as Unix seconds and milliseconds | |
+//! | [`paths`] | the default paths | |
+//! | [`setting_names`] | the ABI's settings by name, in serde | |
+//! | [`netlist`] | parsing FireHOL, Spamhaus and plain lists (streamed, bounded), and the line `export` writes | `text` |
+//! | [`store`] | the source of truth: the exact entries and every owner's state, in a crash-safe redb file | `time` |
+//! | [`filter`] | filters built in process memory from keys, for every fingerprint shape | |
+//! | [`plan`] | entries to reference-counted filter keys: prefix lengths, exact diffs, prefilter bits | `filter` |
+//! | [`xdp`] | everything that touches the XDP program and its maps, behind [`xdp::LiveFilter`] and [`xdp::PinDir`] | `plan`, `filter` |
+//! | [`device`] | the client of the firmware's serial protocol | `plan`, `filter` |
+//! | [`control`] | the one update path: from a source through the store and the plan to a live filter or a device; status, check, verify | `store`, `plan`, `filter`, `xdp`, `device`, `setting_names`, `text`, `time` |
+//! | [`sources`] | where entries come from: the command line, files, feeds, a Local API, each in its own module | `control`, `store`, `netlist`, `filter`, `text`, `time` |
+//! | [`agent`] | the long-running service: a scheduler of the sources, the expiry sweep, metrics | `sources`, `control`, `store`, `text`, `time` |
+//! | `cfctl` (the binary) | the command line, reports, and the verbs on XDP and on devices | `agent`, `sources`, `control`, `netlist`, `paths`, `text`, `time` |
+//! <!-- /rooms -->
 //!
 //! # How an update flows
 //!
 //! ```text
-//! CLI arguments, a list file     (blocklist, text)
+//! a source: CLI arguments, a list file, a feed, a LAPI    (sources, netlist)
 //!        |
 //!        v
 //! store transaction              (store: the change recorded, not committed)
@@ -48,11 +56,11 @@
 //!
 //! # Where a new source of entries plugs in
 //!
-//! A source (the command line, a file, an HTTP feed, a CrowdSec Local API)
-//! only differs in how entries arrive: it produces [`store::NewEntry`]
-//! values and hands them to [`control::Control::change`], which runs the
-//! path above. It never touches the store's tables, the plan or the maps
-//! itself.
+//! A source only differs in how entries arrive: it produces
+//! [`store::NewEntry`] values and hands them to [`control::Control::change`],
+//! which runs the path above; it never touches the store's tables, the
+//! plan or the maps itself. A kind of source the agent runs is one module
+//! of [`sources`] and one line in [`sources::KINDS`] (see [`sources`]).
 
 pub mod agent;
 pub mod control;

@@ -75,7 +75,7 @@ pub fn check_comment(comment: &str) -> Result<Option<&str>, CommentProblem> {
 
 /// `text` cut to at most `max_bytes` (at least 3) on a character
 /// boundary, ending in `...` when it was cut: for comments cfctl composes
-/// from what a program sent (a CrowdSec decision's origin and scenario),
+/// from what a program sent (a LAPI decision's origin and scenario),
 /// which must be stored, not refused.
 pub fn cut(mut text: String, max_bytes: usize) -> String {
     const MARK: &str = "...";

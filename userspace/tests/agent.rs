@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::agent::{free_port, listed, sample, scrape, wait_for, Agent};
+use common::agent::{free_port, listed, sample, scrape, scrape_body, wait_for, Agent};
 use common::cli::{attached, Cfctl};
 use common::feed_server::{Answer, FeedServer};
 use common::netns::{check_traffic, TestNetwork};
@@ -223,7 +223,7 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
     let good = "198.18.141.3\n198.18.141.4\n".to_owned();
     let server = FeedServer::start(Answer::List(good.clone()));
     let config = feed_config("t", &server.url(), "max_bytes = 4096\ntimeout = \"5s\"");
-    let _agent = Agent::start(&cfctl, &config);
+    let agent = Agent::start(&cfctl, &config);
     wait_for("the first list", || listed(&cfctl, "198.18.141.3"));
     for (answer, expected) in [
         (Answer::Status(500), "500"),
@@ -236,6 +236,8 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
             "larger than max_bytes",
         ),
         (Answer::Cut("198.18.141.7\n".repeat(50)), "reading the body"),
+        // A line that would forge a log line on a terminal.
+        (Answer::List(FORGED_LOG_LINE.to_owned()), "feed:t:2: "),
     ] {
         let failed = feed_state(&cfctl, "t")["failed"].as_u64().unwrap_or(0);
         server.set(answer);
@@ -253,6 +255,126 @@ fn a_failing_feed_keeps_its_last_good_list_and_says_why() {
         );
         server.set(Answer::List(good.clone()));
     }
+    assert_no_raw_controls(&agent.log());
+}
+
+/// A feed body whose second line would show a forged INFO line on a
+/// terminal if a log carried it raw (ESC, CR), with NUL and DEL too.
+const FORGED_LOG_LINE: &str =
+    "198.18.141.5\n\x1b[2K\r2026-12-02T06:43:00Z  INFO feed refreshed\x00\x7f\n";
+
+/// Fails if `log` has a control character other than a line feed (what
+/// came from outside must reach it escaped).
+fn assert_no_raw_controls(log: &str) {
+    let raw: Vec<char> = log
+        .chars()
+        .filter(|&c| c.is_control() && c != '\n')
+        .collect();
+    assert!(raw.is_empty(), "raw controls {raw:?} in the log:\n{log:?}");
+    assert!(
+        log.contains("\\u{1b}[2K\\u{d}"),
+        "the escaped line in:\n{log}"
+    );
+}
+
+#[test]
+fn a_slow_feed_holds_up_neither_another_feed_nor_a_command_nor_sigterm() {
+    let (_network, cfctl) = attached(164, "agent-slow", "1000", "skb");
+    // 1,300 bytes at one per 100 ms: two minutes, longer than any wait of
+    // this test, and the fetch's timeout is longer still.
+    let slow = FeedServer::start(Answer::Trickle(
+        "198.18.164.3\n".repeat(100),
+        Duration::from_millis(100),
+    ));
+    let fast = FeedServer::start(Answer::List("198.18.164.4\n".to_owned()));
+    let config = format!(
+        "{}\n[[feed]]\nname = \"fast\"\nurl = \"{}\"\nrefresh = \"1s\"\n",
+        feed_config("slow", &slow.url(), "timeout = \"150s\""),
+        fast.url()
+    );
+    let agent = Agent::start(&cfctl, &config);
+    wait_for("the slow fetch to begin", || {
+        slow.trickling.load(Ordering::SeqCst)
+    });
+    wait_for("the fast feed's list", || listed(&cfctl, "198.18.164.4"));
+    fast.set(Answer::List("198.18.164.5\n".to_owned()));
+    wait_for("the fast feed's next list", || {
+        listed(&cfctl, "198.18.164.5")
+    });
+    cfctl.ok(&["add", "--timeout", "5m", "198.18.164.6"]);
+    assert!(listed(&cfctl, "198.18.164.6"));
+    assert!(
+        slow.trickling.load(Ordering::SeqCst),
+        "all of the above happened while the slow fetch ran"
+    );
+    assert!(!listed(&cfctl, "198.18.164.3"));
+    // Waiting for the slow fetch would outlast terminate's minute.
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn a_collapsing_feed_is_refused_and_shown_unless_it_may_shrink() {
+    let (_network, cfctl) = attached(165, "agent-collapse", "1000", "skb");
+    let hosts = |range: std::ops::Range<u8>| -> String {
+        range.map(|host| format!("198.18.165.{host}\n")).collect()
+    };
+    let server = FeedServer::start(Answer::List(hosts(10..30)));
+    let config = feed_config("t", &server.url(), "");
+    let agent = Agent::start(&cfctl, &config);
+    let entries = || feed_state(&cfctl, "t")["entries"].as_u64();
+    wait_for("the whole list", || entries() == Some(20));
+    // Losing 8 of 20 entries is within the default max_shrink (a half).
+    server.set(Answer::List(hosts(10..22)));
+    wait_for("a list that shrank by 40%", || entries() == Some(12));
+    for (answer, reason) in [
+        (
+            Answer::List(String::new()),
+            "0 entries, fewer than min_entries = 1",
+        ),
+        (Answer::List(hosts(10..12)), "max_shrink = 0.5"),
+    ] {
+        let refusals = || feed_state(&cfctl, "t")["collapses_refused"].as_u64();
+        let before = refusals().unwrap_or(0);
+        server.set(answer);
+        wait_for(reason, || refusals() > Some(before));
+        let state = feed_state(&cfctl, "t");
+        let error = state["last_error"].as_str().unwrap_or_default();
+        assert!(error.contains(reason), "{reason}: {state}");
+        assert_eq!(state["entries"], 12, "{state}");
+        assert_eq!(cfctl.json(&["status"])["entries"], 12);
+        assert!(listed(&cfctl, "198.18.165.21"));
+    }
+    let status = cfctl.ok(&["status"]);
+    assert!(status.contains("refused as a collapse"), "{status}");
+    let log = agent.log();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("WARN") && line.contains("looks like a collapse")),
+        "{log}"
+    );
+    // A feed that may shrink freely takes the short list.
+    agent.reload(&feed_config("t", &server.url(), "allow_shrink = true"));
+    wait_for("the short list", || entries() == Some(2));
+    assert!(!listed(&cfctl, "198.18.165.21"));
+    assert!(listed(&cfctl, "198.18.165.11"));
+}
+
+#[test]
+fn a_redirected_feed_shows_where_its_list_came_from() {
+    let (_network, cfctl) = attached(166, "agent-redirect", "1000", "skb");
+    let target = FeedServer::start(Answer::List("198.18.166.3\n".to_owned()));
+    let redirect = FeedServer::start(Answer::Redirect(target.url()));
+    let _agent = Agent::start(&cfctl, &feed_config("t", &redirect.url(), ""));
+    wait_for("the redirected list", || listed(&cfctl, "198.18.166.3"));
+    assert_eq!(
+        feed_state(&cfctl, "t")["redirected_to"],
+        target.url().as_str()
+    );
+    let status = cfctl.ok(&["status"]);
+    assert!(
+        status.contains(&format!("from {}", target.url())),
+        "{status}"
+    );
 }
 
 #[test]
@@ -422,6 +544,25 @@ fn the_agent_ends_a_commands_short_listing(network: &TestNetwork, cfctl: &Cfctl)
     });
 }
 
+/// `promtool check metrics` on a scrape's `body`.
+fn promtool_check(body: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut promtool = std::process::Command::new(common::unpacked_bin("prometheus", "promtool"))
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting promtool");
+    promtool
+        .stdin
+        .take()
+        .expect("promtool's input")
+        .write_all(body.as_bytes())
+        .expect("writing the scrape to promtool");
+    promtool.wait_with_output().expect("promtool's verdict")
+}
+
 #[test]
 fn metrics_are_served_and_parse() {
     let (network, cfctl) = attached(143, "agent-metrics", "1000", "skb");
@@ -430,13 +571,42 @@ fn metrics_are_served_and_parse() {
         network.v4(3),
         network.v6(3)
     )));
+    let down = FeedServer::start(Answer::Status(503));
     let port = free_port();
-    let config = feed_config("m", &server.url(), "")
-        .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""));
+    let config = format!(
+        "{}\n[[feed]]\nname = \"down\"\nurl = \"{}\"\nrefresh = \"1s\"\n",
+        feed_config("m", &server.url(), "")
+            .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\"")),
+        down.url()
+    );
     let _agent = Agent::start(&cfctl, &config);
     wait_for("the feed", || listed(&cfctl, &network.v4(3).to_string()));
+    wait_for("the failing feed's first try", || {
+        feed_state(&cfctl, "down")["failed"].as_u64() > Some(0)
+    });
     check_traffic(&network, true);
+
+    // promtool (Debian's prometheus package) checks the scrape as served.
+    let (content_type, body) = scrape_body(port);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let promtool = promtool_check(&body);
+    assert!(
+        promtool.status.success(),
+        "promtool: {}\n{body}",
+        String::from_utf8_lossy(&promtool.stderr)
+    );
+
     let samples = scrape(port);
+    // A source with no entries shows 0, not no series.
+    for name in [
+        "cfctl_entries{list=\"blocklist\",source=\"feed:down\"}",
+        "cfctl_feed_up{feed=\"down\"}",
+    ] {
+        assert_eq!(sample(&samples, name), Some(0.0), "{name}");
+    }
     for (name, at_least) in [
         ("cfctl_entries{list=\"blocklist\",source=\"feed:m\"}", 1.0),
         (

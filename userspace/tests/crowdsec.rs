@@ -14,18 +14,6 @@ use common::cli::attached;
 use common::feed_server::{Answer, FeedServer};
 use common::netns::check_traffic;
 
-/// Where `./x setup` unpacks the crowdsec package.
-fn crowdsec_bin(name: &str) -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/crowdsec/usr/bin");
-    let path = bin.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run ./x setup",
-        path.display()
-    );
-    path
-}
-
 /// Runs `command`, which must succeed (`what` names it if not); its
 /// standard output, trimmed.
 fn succeeds(command: &mut Command, what: &str) -> String {
@@ -43,7 +31,7 @@ fn succeeds(command: &mut Command, what: &str) -> String {
 /// Runs cscli with the LAPI configuration `config`; its standard output.
 fn cscli(config: &Path, args: &[&str]) -> String {
     succeeds(
-        Command::new(crowdsec_bin("cscli"))
+        Command::new(common::unpacked_bin("crowdsec", "cscli"))
             .arg("-c")
             .arg(config)
             .args(args),
@@ -138,7 +126,7 @@ enum Transport {
 
 /// Starts the LAPI alone (`-no-cs`) with `config`, logging into `dir`.
 fn serve(config: &Path, dir: &Path) -> Child {
-    Command::new(crowdsec_bin("crowdsec"))
+    Command::new(common::unpacked_bin("crowdsec", "crowdsec"))
         .arg("-c")
         .arg(config)
         .arg("-no-cs")
@@ -407,6 +395,55 @@ fn stream(new: &[(&str, &str)]) -> String {
     serde_json::json!({"new": decisions, "deleted": null}).to_string()
 }
 
+/// An agent configuration following the fake LAPI `lapi` every second,
+/// with `extra` settings for it, and the directory of its key file.
+fn fake_lapi_config(lapi: &FeedServer, extra: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("a directory for the key");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
+    let config = format!(
+        "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n{extra}",
+        lapi.address,
+        key.display()
+    );
+    (dir, config)
+}
+
+/// A decision the LAPI's stream cursor skipped (its whole list has it, no
+/// answer of changes ever does) is listed at the next resync, and one the
+/// whole list no longer has is withdrawn: the resync asks for the whole
+/// list and applies the difference.
+#[test]
+fn a_resync_brings_back_what_the_changes_missed() {
+    let cfctl = common::cli::Cfctl::new("crowdsec-resync");
+    let (first, missed) = ("198.18.167.3", "198.18.167.4");
+    let lapi = FeedServer::start(Answer::Stream {
+        whole: stream(&[("Ip", first)]),
+        changes: stream(&[]),
+    });
+    let (_key, config) = fake_lapi_config(&lapi, "resync = \"10s\"\n");
+    let _agent = Agent::start(&cfctl, &config);
+    wait_for("the first decision", || listed(&cfctl, first));
+    lapi.set(Answer::Stream {
+        whole: stream(&[("Ip", first), ("Ip", missed)]),
+        changes: stream(&[]),
+    });
+    wait_for("the missed decision at a resync", || listed(&cfctl, missed));
+    lapi.set(Answer::Stream {
+        whole: stream(&[("Ip", missed)]),
+        changes: stream(&[]),
+    });
+    wait_for("the withdrawn decision at a resync", || {
+        !listed(&cfctl, first)
+    });
+    assert_eq!(crowdsec_nets(&cfctl), [format!("{missed}/32")]);
+    let status = cfctl.json(&["status"]);
+    assert!(
+        status["crowdsec"]["last_resync"].as_u64() > Some(0),
+        "{status}"
+    );
+}
+
 /// A pull that changes nothing opens the store once: the agent pulls
 /// first and then applies the answer and records the pull in one visit
 /// (it used to open the store four times a pull, flushing the disk at
@@ -416,17 +453,8 @@ fn a_pull_that_changes_nothing_opens_the_store_once() {
     let cfctl = common::cli::Cfctl::new("crowdsec-quiet");
     cfctl.ok(&["add", "198.18.160.1"]);
     let lapi = FeedServer::start(Answer::List(stream(&[])));
-    let dir = tempfile::tempdir().expect("a directory for the key");
-    let key = dir.path().join("key");
-    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
-    let _agent = Agent::start(
-        &cfctl,
-        &format!(
-            "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
-            lapi.address,
-            key.display()
-        ),
-    );
+    let (_key, config) = fake_lapi_config(&lapi, "");
+    let _agent = Agent::start(&cfctl, &config);
     let pulls = || lapi.requests.lock().expect("the requests").len();
     wait_for("the first pull", || pulls() >= 1);
     // Closings watched too: inotify merges an event into an unread one
@@ -467,18 +495,9 @@ fn bad_answers_are_one_log_line_and_change_nothing() {
         network.v4(9).to_string(),
     );
     let lapi = FeedServer::start(Answer::List(stream(&[("Ip", &v4)])));
-    let dir = tempfile::tempdir().expect("a directory for the key");
-    let key = dir.path().join("key");
-    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
     let max_bytes = 4096;
-    let agent = Agent::start(
-        &cfctl,
-        &format!(
-            "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\nmax_bytes = {max_bytes}\n",
-            lapi.address,
-            key.display()
-        ),
-    );
+    let (_key, config) = fake_lapi_config(&lapi, &format!("max_bytes = {max_bytes}\n"));
+    let agent = Agent::start(&cfctl, &config);
     wait_for("the first decision", || listed(&cfctl, &v4));
     let entries = || cfctl.ok(&["list", "--source", "crowdsec"]);
     let before = entries();

@@ -1,4 +1,4 @@
-//! Benchmark baselines: the same parsing as the blocklist, then an exact
+//! Benchmark baselines: the same parsing as `cfxdp`, then an exact
 //! lookup instead of the cuckoo filter, IPv4 source addresses only.
 //!
 //! * `baseline_hash`: a BPF hash map of `(prefix length, masked address)`

@@ -10,9 +10,7 @@
 //! ```
 //!
 //! Every other section declares sources, and the kind of source it names
-//! reads and checks it ([`crate::sources::KINDS`]): `[[feed]]` tables
-//! ([`crate::sources::feed`]), a `[crowdsec]` table
-//! ([`crate::sources::crowdsec`]).
+//! reads and checks it ([`crate::sources::KINDS`], which documents each).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -3,10 +3,10 @@
 //!
 //! A second agent (`cfctl agent`, `--once` too) that found the store free
 //! between the first one's passes would treat it as its own: withdraw the
-//! feeds its configuration does not name and the CrowdSec decisions of a
-//! LAPI it does not follow. So an agent takes the lock before anything
-//! else and refuses to start when another process holds it, naming that
-//! agent's pid, which the lock file records. The lock is an advisory
+//! entries of every source its own configuration does not declare. So an
+//! agent takes the lock before anything else and refuses to start when
+//! another process holds it, naming that agent's pid, which the lock file
+//! records. The lock is an advisory
 //! `flock`, released by the kernel when its holder ends, however it ends:
 //! no stale lock after a `kill -9`, and no pid to compare with a process
 //! that may have taken the same number since.

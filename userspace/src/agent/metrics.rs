@@ -5,7 +5,7 @@
 //!
 //! The agent's own numbers (entries per source, the next expiry, its
 //! start) and those of every kind of source ([`crate::sources`]: feed
-//! refreshes, CrowdSec pulls, update latency) are kept in metrics its
+//! refreshes, LAPI pulls, update latency) are kept in metrics its
 //! passes update. A series, once shown, stays until what it counts is gone
 //! from the configuration: a source with no entries shows 0. The data
 //! plane's numbers (packets and bytes by outcome and family, the filter's
@@ -23,10 +23,9 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, Gauge, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::control::{read_counters, TableSummary};
+use crate::control::{live_summary, read_counters, TableSummary};
 use crate::store::{ListKind, Store, StoreError};
 use crate::time::unix_seconds_f64;
-use crate::xdp::PinDir;
 use crate::Setting;
 
 /// The agent's metrics.
@@ -237,12 +236,7 @@ impl Collector for DataPlane {
             collected.extend(families.packets.collect());
             collected.extend(families.bytes.collect());
         }
-        let summary = PinDir::new(&self.pin_dir)
-            .open()
-            .ok()
-            .flatten()
-            .and_then(|mut live| live.summary().ok());
-        if let Some(summary) = summary {
+        if let Some(summary) = live_summary(&self.pin_dir) {
             for (gauge, value) in &families.filter {
                 gauge.set(value(&summary));
                 collected.extend(gauge.collect());

@@ -11,7 +11,7 @@
 //! which repairs an interrupted update as well.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use aya::maps::MapData;
 
@@ -263,10 +263,11 @@ impl Control {
 /// interface is left, the program and maps are unpinned too unless
 /// `keep_state`. Needs no store: it never touches one.
 pub fn detach(
-    pins: &PinDir,
+    pin_dir: &Path,
     interfaces: Option<&[String]>,
     keep_state: bool,
 ) -> Result<DetachReport> {
+    let pins = &PinDir::new(pin_dir);
     let links = pins.links();
     let chosen: Vec<&(Attachment, PathBuf)> = match interfaces {
         None => links.iter().collect(),

@@ -203,6 +203,16 @@ impl Control {
     }
 }
 
+/// The occupancy of the live filter pinned in `pin_dir`, if one is (no
+/// store needed).
+pub fn live_summary(pin_dir: &Path) -> Option<crate::filter::TableSummary> {
+    PinDir::new(pin_dir)
+        .open()
+        .ok()
+        .flatten()
+        .and_then(|mut live| live.summary().ok())
+}
+
 /// Reads every counter of the blocklist pinned in `pin_dir` (no store
 /// needed, so this works while another cfctl holds it).
 pub fn read_counters(pin_dir: &Path) -> Result<Vec<CounterRecord>> {

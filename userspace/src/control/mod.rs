@@ -9,6 +9,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`update`] | the update path and the order that keeps the live filter a superset of the store |
+//! | `diff` | the exact diff of a small change, planned from the entries around it |
 //! | [`attach`] | attach, detach, resize, and loading a program filled from the store |
 //! | [`inspect`] | status, check, verify, counters |
 //! | [`capacity`] | how large a filter may be, and the way out of a full one |
@@ -31,6 +32,7 @@
 pub mod attach;
 pub mod capacity;
 pub mod device;
+mod diff;
 pub mod error;
 pub mod inspect;
 pub mod report;
@@ -44,13 +46,16 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use capacity::shape_for_fpr;
+pub use diff::BULK_ENTRIES;
 pub use error::{ControlError, Result};
-pub use inspect::read_counters;
+pub use inspect::{live_summary, read_counters};
 pub use report::*;
-pub use update::{Change, NoProgress, Progress, BULK_ENTRIES};
+pub use update::{Change, NoProgress, Progress};
 
 pub use crate::store::ListKind;
 use crate::store::{Access, Store, StoreError};
+pub use crate::xdp::maps::PREFILTER_BYTES;
+pub use crate::xdp::AttachMode;
 use crate::xdp::{LiveFilter, PinDir};
 use crate::{FilterShape, MalformedAction, MatchAddress, Policy};
 pub use settings::FilterSettings;

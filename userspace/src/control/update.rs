@@ -37,36 +37,19 @@
 //! of this path ([`crash_point`]), the way `kill -9` would.
 
 use foldhash::{HashSet, HashSetExt};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::SystemTime;
 
-use cfxdp::prefilter::PrefilterBit;
-use filter_core::AddressFamily;
-use ipnet::{IpNet, Ipv6Net};
+use ipnet::IpNet;
 
 use super::capacity::WayOut;
+use super::diff::planned_diff;
 use super::error::{ControlError, Result};
 use super::report::{ChangeReport, FilterUpdate};
 use super::Control;
-use crate::plan::{
-    prefixes_of, ActiveLengths, KeyDiff, KeyPlan, KeySharing, PlanError, PlanLimits,
-};
-use crate::store::{ListKind, NewEntry, Store, StoreTransaction, ROWS_PER_LOOKUP};
+use crate::plan::{KeyDiff, KeyPlan, PlanLimits};
+use crate::store::{ListKind, NewEntry, StoreTransaction};
 use crate::xdp::{LiveFilter, XdpError};
-
-/// Changes of at least this many entries, and more than a
-/// [`BULK_SHARE`]th of the list, build a new table and swap it in (one
-/// copy into the map) rather than writing each key into the live one.
-pub const BULK_ENTRIES: usize = 50_000;
-/// A change of at most this share of the list (1/N of its entries) is
-/// written key by key however large: a feed refresh that changes 10^5 of
-/// 10^6 entries costs its own keys, not a rebuild of the whole table.
-pub const BULK_SHARE: usize = 4;
-/// The most networks an exact update looks up one by one.
-const MAX_CANDIDATES: usize = 1 << 20;
-/// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
-/// cleared after a live update.
-const MAX_IPV6_SCAN: usize = 100_000;
 
 /// Reports the progress of long operations (a progress bar on a terminal).
 pub trait Progress {
@@ -432,127 +415,6 @@ impl Control {
         live.end_update();
         Ok(())
     }
-}
-
-/// The exact diff of a blocklist change that adds `added` and removes
-/// `removed` (networks the list gains and loses as a whole) under the live
-/// `lengths`, planned from the committed entries around it; `None` for a
-/// bulk change (at least [`BULK_ENTRIES`] and more than a [`BULK_SHARE`]th
-/// of the list) or one that needs other lengths: whole tables then.
-fn planned_diff(
-    store: &Store,
-    added: &[IpNet],
-    removed: &[IpNet],
-    lengths: &ActiveLengths,
-    limits: PlanLimits,
-) -> Result<Option<KeyDiff>> {
-    let changed = added.len() + removed.len();
-    let listed = usize::try_from(store.entry_count(ListKind::Blocklist)?).unwrap_or(usize::MAX);
-    if changed >= BULK_ENTRIES && changed.saturating_mul(BULK_SHARE) > listed {
-        return Ok(None);
-    }
-    let Some(mut plan) = plan_around(store, added, removed, listed, lengths, limits)? else {
-        return Ok(None);
-    };
-    match plan.update(added, removed) {
-        Ok(mut diff) => {
-            // Should the check fail, the bits stay set, which only costs
-            // probes.
-            diff.clear_bits = unmarked_bits(store, &diff.clear_bits, removed, lengths, limits)
-                .unwrap_or_default();
-            Ok(Some(diff))
-        }
-        Err(PlanError::RebuildNeeded(_)) => Ok(None),
-        Err(error) => Err(error.into()),
-    }
-}
-
-/// A plan of the committed entries that can share a filter key with a
-/// change of `added` and `removed` under the live `lengths`
-/// ([`KeySharing`]): enough for an exact diff of that change. A small
-/// change looks its candidates up; one whose candidates would outnumber a
-/// [`ROWS_PER_LOOKUP`]th of the `listed` entries reads the list once
-/// instead. `None` when the plan needs other lengths (then the caller
-/// rebuilds from the whole store).
-fn plan_around(
-    store: &Store,
-    added: &[IpNet],
-    removed: &[IpNet],
-    listed: usize,
-    lengths: &ActiveLengths,
-    limits: PlanLimits,
-) -> Result<Option<KeyPlan>> {
-    let sharing = KeySharing::new(added.iter().chain(removed).copied(), lengths);
-    let max_lookups = listed / usize::try_from(ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
-    let stored = match sharing.candidates(max_lookups.min(MAX_CANDIDATES)) {
-        Some(candidates) => store.existing(ListKind::Blocklist, candidates)?,
-        None => store.nets_where(ListKind::Blocklist, |net| sharing.shares(net))?,
-    };
-    match KeyPlan::with_lengths(stored, lengths.clone(), limits) {
-        Ok(plan) => Ok(Some(plan)),
-        Err(PlanError::RebuildNeeded(_)) => Ok(None),
-        Err(error) => Err(error.into()),
-    }
-}
-
-/// Those of `candidates`, the prefilter bits that a plan of the entries
-/// around a change no longer needs, that no entry needs once the change is
-/// committed: each is checked against a plan of every entry that can mark
-/// it, read from the store before the change, without the `removed` ones
-/// (an entry the change adds never marks a candidate: the plan counted
-/// its keys). For an IPv4 bit (one /16 block) those are the entries inside
-/// the block and the prefixes that contain it; IPv6 blocks share bytes by
-/// hash, so for IPv6 bits they are all IPv6 entries, and the bits stay set
-/// when there are more than [`MAX_IPV6_SCAN`] (a stale bit costs one
-/// probe, never a wrong answer). Planned beside the store's writes, so a
-/// large refresh does not wait for these reads after its commit.
-fn unmarked_bits(
-    store: &Store,
-    candidates: &[PrefilterBit],
-    removed: &[IpNet],
-    lengths: &ActiveLengths,
-    limits: PlanLimits,
-) -> Result<Vec<PrefilterBit>> {
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut markers = HashSet::new();
-    let mut ipv4_blocks = HashSet::new();
-    // Blocks share their shorter prefixes: each is looked up once.
-    let mut containing = HashSet::new();
-    let mut check_ipv6 = false;
-    for bit in candidates {
-        match bit.family {
-            AddressFamily::Ipv4 => {
-                if ipv4_blocks.insert(bit.block) {
-                    let first = IpAddr::V4(Ipv4Addr::from(bit.block << 16));
-                    let block = IpNet::new_assert(first, 16);
-                    containing.extend(prefixes_of(first, 0..16));
-                    markers.extend(store.nets_within(ListKind::Blocklist, &block)?);
-                }
-            }
-            AddressFamily::Ipv6 => check_ipv6 = true,
-        }
-    }
-    markers.extend(store.existing(ListKind::Blocklist, containing)?);
-    if check_ipv6 {
-        let every_ipv6 = IpNet::V6(Ipv6Net::default());
-        let ipv6 = store.nets_within(ListKind::Blocklist, &every_ipv6)?;
-        check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
-        if check_ipv6 {
-            markers.extend(ipv6);
-        }
-    }
-    for net in removed {
-        markers.remove(net);
-    }
-    let plan = KeyPlan::with_lengths(markers, lengths.clone(), limits)?;
-    Ok(candidates
-        .iter()
-        .copied()
-        .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
-        .filter(|&bit| plan.bit_references(bit) == 0)
-        .collect())
 }
 
 /// The error of a write that left the live filter as it was (a full

@@ -201,8 +201,8 @@ macro_rules! same_configuration {
     };
 }
 
-/// Updates applied to the store and the live filter, by kind (`feed`,
-/// `crowdsec`, `expire`): how many, and how long each took.
+/// Updates applied to the store and the live filter, by kind (`feed`, a
+/// LAPI's, `expire`): how many, and how long each took.
 struct UpdateMetrics {
     count: prometheus::IntCounterVec,
     seconds: prometheus::HistogramVec,

@@ -41,8 +41,16 @@
 //! | `allowlist_*` | the same for the allowlist | |
 //! | `counts` | (list code, source id or `u32::MAX`) | memberships of a source, or networks of the list |
 //! | `sources` | source id `u32` | source name |
-//! | `settings` | `"filter"` | [`FilterSettings`] as JSON |
-//! | `feeds` | feed name | the agent's state of the feed, JSON |
+//! | `state` | (namespace, key) | an owner's state, JSON ([`state`]) |
+//!
+//! The states kept now:
+//!
+//! | namespace | key | owner, and what |
+//! |---|---|---|
+//! | `filter` | `filter` | `control::FilterSettings`: what `attach` builds the filter with |
+//! | `agent` | `agent` | `agent::status::AgentRecord`: the agent's process and configuration |
+//! | `feed` | the feed's name | `sources::feed::FeedState`: validators and refreshes |
+//! | (each kind of source) | its source's key | what the kind keeps ([`crate::sources::Kind::namespace`]) |
 //!
 //! A network key is the family (4 or 6), the 16-byte address (IPv4 in the
 //! first 4 bytes) and the prefix length, so memberships iterate IPv4 first,
@@ -53,11 +61,10 @@
 //! A replace reads less when the source's networks are known otherwise:
 //! none when its count is zero, or all of them in the expiry index when
 //! each one expires.
-//! Source names are stored once and referred to by id. Settings are JSON
+//! Source names are stored once and referred to by id. States are JSON
 //! with defaults for missing fields, so new fields can be added without a
-//! schema change. A store of schema version 1 (one source per network) or
-//! 2 (with an index by source) is migrated when it is opened, in one
-//! transaction.
+//! schema change. A store of an earlier schema version is migrated when it
+//! is opened, in one transaction ([`migrate`]).
 //!
 //! # Damage
 //!
@@ -77,33 +84,28 @@
 
 mod file;
 mod migrate;
+mod read;
 mod records;
 mod schema;
 mod state;
 mod transaction;
+mod writer;
 
-use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use ipnet::IpNet;
-use redb::ReadableTable;
-
-use crate::time::from_unix_seconds;
 use file::Handle;
 pub use file::{Access, DirCheck};
 pub use records::{
     AddReport, DeleteReport, Entry, ExpireReport, Membership, NewEntry, ReplaceReport,
 };
-use schema::{
-    decode_expiry, decode_net, encode_net, memberships_of, MemberKey, MemberValue, NetBytes,
-    ALL_SOURCES, COUNTS, META, SCHEMA_VERSION_KEY, SOURCES, STATE,
-};
 pub use schema::{ListKind, SCHEMA_VERSION};
-use transaction::SourceIds;
-pub use transaction::{StoreTransaction, ROWS_PER_LOOKUP};
+use schema::{COUNTS, META, SCHEMA_VERSION_KEY, SOURCES, STATE};
+pub use transaction::StoreTransaction;
+use writer::SourceIds;
+pub use writer::ROWS_PER_LOOKUP;
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -401,242 +403,6 @@ impl Store {
                 sources: SourceIds::from_names(names),
             })
         })
-    }
-
-    /// Every entry of `list` (only those `source` lists, if given), IPv4
-    /// first, in address order.
-    pub fn entries(&self, list: ListKind, source: Option<&str>) -> Result<Vec<Entry>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-            let wanted = match source {
-                None => None,
-                Some(name) => match names.iter().find(|(_, known)| known.as_str() == name) {
-                    Some((&id, _)) => Some(id),
-                    None => return Ok(Vec::new()),
-                },
-            };
-            let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut entries: Vec<Entry> = Vec::new();
-            for row in members.iter().in_store(self)? {
-                let (key, value) = row.in_store(self)?;
-                let (net, membership) = self.decode_member(key.value(), value.value(), &names)?;
-                match entries.last_mut() {
-                    Some(last) if last.net == net => last.sources.push(membership),
-                    _ => entries.push(Entry {
-                        net,
-                        sources: vec![membership],
-                    }),
-                }
-            }
-            if let Some(id) = wanted {
-                let name = &names[&id];
-                entries.retain(|entry| entry.sources.iter().any(|member| &member.source == name));
-            }
-            Ok(entries)
-        })
-    }
-
-    /// The networks of every entry of `list`, IPv4 first, in address order.
-    pub fn nets(&self, list: ListKind) -> Result<Vec<IpNet>, StoreError> {
-        self.nets_where(list, |_| true)
-    }
-
-    /// The networks of the entries of `list` that `wanted` accepts, in
-    /// address order: one pass over the list that keeps only those.
-    pub fn nets_where(
-        &self,
-        list: ListKind,
-        wanted: impl FnMut(&IpNet) -> bool,
-    ) -> Result<Vec<IpNet>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let members = txn.open_table(list.tables().members).in_store(self)?;
-            self.distinct_nets(members.iter().in_store(self)?, wanted)
-        })
-    }
-
-    /// The distinct networks of membership rows in key order that `wanted`
-    /// accepts.
-    fn distinct_nets<'a>(
-        &self,
-        rows: impl Iterator<
-            Item = Result<
-                (
-                    redb::AccessGuard<'a, MemberKey>,
-                    redb::AccessGuard<'a, MemberValue>,
-                ),
-                redb::StorageError,
-            >,
-        >,
-        mut wanted: impl FnMut(&IpNet) -> bool,
-    ) -> Result<Vec<IpNet>, StoreError> {
-        let mut nets = Vec::new();
-        let mut last: Option<NetBytes> = None;
-        for row in rows {
-            let (&net, _) = row.in_store(self)?.0.value();
-            if last != Some(net) {
-                let decoded = self.decode_net(&net)?;
-                if wanted(&decoded) {
-                    nets.push(decoded);
-                }
-                last = Some(net);
-            }
-        }
-        Ok(nets)
-    }
-
-    /// The entry of `list` for exactly `net`, if listed.
-    pub fn entry(&self, list: ListKind, net: &IpNet) -> Result<Option<Entry>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-            let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut sources = Vec::new();
-            for row in members
-                .range(memberships_of(&encode_net(net)))
-                .in_store(self)?
-            {
-                let (key, value) = row.in_store(self)?;
-                sources.push(self.decode_member(key.value(), value.value(), &names)?.1);
-            }
-            Ok((!sources.is_empty()).then_some(Entry { net: *net, sources }))
-        })
-    }
-
-    /// Those of `nets` that are entries of `list`, looked up in one read
-    /// transaction, in the order given.
-    pub fn existing(
-        &self,
-        list: ListKind,
-        nets: impl IntoIterator<Item = IpNet>,
-    ) -> Result<Vec<IpNet>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut found = Vec::new();
-            for net in nets {
-                let mut rows = members
-                    .range(memberships_of(&encode_net(&net)))
-                    .in_store(self)?;
-                if rows.next().is_some() {
-                    found.push(net);
-                }
-            }
-            Ok(found)
-        })
-    }
-
-    /// The networks of `list` whose address lies inside `within` (of any
-    /// prefix length, `within` itself included), in address order.
-    pub fn nets_within(&self, list: ListKind, within: &IpNet) -> Result<Vec<IpNet>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut first = encode_net(within);
-            first[17] = 0;
-            let mut last = encode_net(&IpNet::from(within.broadcast()));
-            last[17] = u8::MAX;
-            self.distinct_nets(
-                members
-                    .range((&first, 0)..=(&last, u32::MAX))
-                    .in_store(self)?,
-                |_| true,
-            )
-        })
-    }
-
-    /// The number of entries (networks) of `list`.
-    pub fn entry_count(&self, list: ListKind) -> Result<u64, StoreError> {
-        self.count(list, ALL_SOURCES)
-    }
-
-    fn count(&self, list: ListKind, source: u32) -> Result<u64, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let counts = txn.open_table(COUNTS).in_store(self)?;
-            Ok(counts
-                .get((list.code(), source))
-                .in_store(self)?
-                .map_or(0, |count| count.value()))
-        })
-    }
-
-    /// How many entries each source lists in `list`, by source name.
-    pub fn source_counts(&self, list: ListKind) -> Result<Vec<(String, u64)>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
-            let counts = txn.open_table(COUNTS).in_store(self)?;
-            let mut per_source = Vec::new();
-            for row in counts
-                .range((list.code(), 0)..(list.code(), ALL_SOURCES))
-                .in_store(self)?
-            {
-                let (key, count) = row.in_store(self)?;
-                let (_, source) = key.value();
-                let name = names
-                    .get(&source)
-                    .cloned()
-                    .unwrap_or_else(|| format!("#{source}"));
-                per_source.push((name, count.value()));
-            }
-            per_source.sort();
-            Ok(per_source)
-        })
-    }
-
-    /// When the first membership of either list expires, if any does.
-    pub fn next_expiry(&self) -> Result<Option<SystemTime>, StoreError> {
-        self.guarded(|| {
-            let txn = self.db.begin_read().in_store(self)?;
-            let mut next = None;
-            for list in ListKind::ALL {
-                let expiry = txn.open_table(list.tables().expiry).in_store(self)?;
-                let first = expiry.first().in_store(self)?.map(|row| row.0.value().0);
-                if let Some(first) = first.and_then(decode_expiry) {
-                    next = Some(next.map_or(first, |next: SystemTime| next.min(first)));
-                }
-            }
-            Ok(next)
-        })
-    }
-
-    fn source_names(
-        &self,
-        table: &impl ReadableTable<u32, &'static str>,
-    ) -> Result<HashMap<u32, String>, StoreError> {
-        let mut names = HashMap::new();
-        for row in table.iter().in_store(self)? {
-            let (id, name) = row.in_store(self)?;
-            names.insert(id.value(), name.value().to_owned());
-        }
-        Ok(names)
-    }
-
-    pub(super) fn decode_net(&self, bytes: &NetBytes) -> Result<IpNet, StoreError> {
-        decode_net(bytes).ok_or_else(|| self.corrupt(format!("bad network key {bytes:02x?}")))
-    }
-
-    fn decode_member(
-        &self,
-        (net, source): (&NetBytes, u32),
-        (comment, added, expires): (Option<&str>, u64, u64),
-        names: &HashMap<u32, String>,
-    ) -> Result<(IpNet, Membership), StoreError> {
-        let net = self.decode_net(net)?;
-        let source = names.get(&source).ok_or_else(|| {
-            self.corrupt(format!("entry {net} refers to unknown source {source}"))
-        })?;
-        Ok((
-            net,
-            Membership {
-                source: source.clone(),
-                comment: comment.map(str::to_owned),
-                added: from_unix_seconds(added),
-                expires: decode_expiry(expires),
-            },
-        ))
     }
 }
 

@@ -94,15 +94,26 @@ pub fn listed(cfctl: &Cfctl, address: &str) -> bool {
     cfctl.run(&["check", "--quiet", address]).status.code() == Some(0)
 }
 
+/// A metrics scrape as served: its content type and its body.
+pub fn scrape_body(port: u16) -> (String, String) {
+    let mut response = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .expect("scraping the metrics");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.body_mut().read_to_string().expect("a text body");
+    (content_type, body)
+}
+
 /// A metrics scrape, as `name{labels}` -> value.
 pub fn scrape(port: u16) -> Vec<(String, f64)> {
-    let body = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
-        .call()
-        .expect("scraping the metrics")
-        .into_body()
-        .read_to_string()
-        .expect("a text body");
-    body.lines()
+    scrape_body(port)
+        .1
+        .lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .map(|line| {
             let (name, value) = line.rsplit_once(' ').expect("a sample line");

@@ -1,10 +1,13 @@
 //! A feed server on 127.0.0.1 for the agent tests (a thread serving
 //! tiny_http, stopped on drop): it answers every request with the current
-//! [`Answer`].
+//! [`Answer`], hostile ones included (a cut body, a body sent a byte at a
+//! time, a redirect).
 
+use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What the feed server answers.
 #[derive(Clone, Debug)]
@@ -15,6 +18,46 @@ pub enum Answer {
     Status(u16),
     /// A body that promises more bytes than it sends, then closes.
     Cut(String),
+    /// A body sent one byte per interval (the server is busy meanwhile,
+    /// and [`FeedServer::trickling`] says so).
+    Trickle(String, Duration),
+    /// A 302 to this URL.
+    Redirect(String),
+    /// A CrowdSec stream: the first list to a request for the whole list
+    /// (`startup=true`), the second to a request for changes.
+    Stream { whole: String, changes: String },
+}
+
+/// A body read one byte per interval, with a flag up while it is sent;
+/// cut short when the server stops.
+struct Trickling {
+    body: std::io::Cursor<Vec<u8>>,
+    interval: Duration,
+    flag: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Read for Trickling {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        if buffer.is_empty() {
+            return Ok(0);
+        }
+        std::thread::sleep(self.interval);
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("the feed server stops"));
+        }
+        let read = self.body.read(&mut buffer[..1])?;
+        if read == 0 {
+            self.flag.store(false, Ordering::SeqCst);
+        }
+        Ok(read)
+    }
+}
+
+impl Drop for Trickling {
+    fn drop(&mut self) {
+        self.flag.store(false, Ordering::SeqCst);
+    }
 }
 
 /// A feed server on 127.0.0.1: `GET /list` answers with the current
@@ -25,6 +68,9 @@ pub struct FeedServer {
     pub not_modified: Arc<AtomicU64>,
     /// The URL (path and query) of every request, in order.
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// Whether a [`Answer::Trickle`] body is being sent now.
+    pub trickling: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
     server: Arc<tiny_http::Server>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -43,9 +89,12 @@ impl FeedServer {
         let answer = Arc::new(Mutex::new(answer));
         let not_modified = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let trickling = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
             let (server, answer) = (Arc::clone(&server), Arc::clone(&answer));
             let (not_modified, requests) = (Arc::clone(&not_modified), Arc::clone(&requests));
+            let (trickling, stopping) = (Arc::clone(&trickling), Arc::clone(&stopping));
             std::thread::spawn(move || {
                 for request in server.incoming_requests() {
                     requests
@@ -83,6 +132,33 @@ impl FeedServer {
                                 None,
                             ))
                         }
+                        Answer::Trickle(body, interval) => {
+                            trickling.store(true, Ordering::SeqCst);
+                            let length = body.len();
+                            let body = Trickling {
+                                body: std::io::Cursor::new(body.into_bytes()),
+                                interval,
+                                flag: Arc::clone(&trickling),
+                                stopping: Arc::clone(&stopping),
+                            };
+                            request.respond(tiny_http::Response::new(
+                                tiny_http::StatusCode(200),
+                                Vec::new(),
+                                body,
+                                Some(length),
+                                None,
+                            ))
+                        }
+                        Answer::Redirect(to) => {
+                            let header =
+                                tiny_http::Header::from_bytes("Location", to).expect("a header");
+                            request.respond(tiny_http::Response::empty(302).with_header(header))
+                        }
+                        Answer::Stream { whole, changes } => {
+                            let everything = request.url().contains("startup=true");
+                            let body = if everything { whole } else { changes };
+                            request.respond(tiny_http::Response::from_string(body))
+                        }
                     };
                 }
             })
@@ -92,6 +168,8 @@ impl FeedServer {
             answer,
             not_modified,
             requests,
+            trickling,
+            stopping,
             server,
             thread: Some(thread),
         }
@@ -108,6 +186,7 @@ impl FeedServer {
 
 impl Drop for FeedServer {
     fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.server.unblock();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -2,7 +2,8 @@
 //! with etherparse, keys, and the counter check; test networks
 //! ([`netns`]), the cfctl binary ([`cli`]), the QEMU firmware
 //! ([`qemu`]) and a serial line in front of it ([`serial_line`]), and raw
-//! frames sent from a namespace ([`raw_frames`]).
+//! frames sent from a namespace ([`raw_frames`]); binaries of Debian
+//! packages unpacked for the tests ([`unpacked_bin`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -25,6 +26,22 @@ use cfxdp::Counter;
 use etherparse::{ip_number, IpHeaders, Ipv4Header, Ipv6Header, PacketBuilder, VlanId};
 use filter_core::NetKey;
 use ipnet::IpNet;
+
+/// Binary `name` of Debian package `package`, where `./x setup` unpacks it
+/// (target/PACKAGE/usr/bin); the test fails if it is missing.
+pub fn unpacked_bin(package: &str, name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target")
+        .join(package)
+        .join("usr/bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run ./x setup",
+        path.display()
+    );
+    path
+}
 
 /// Fails the test, with a clear message, unless it runs as root (loading
 /// BPF programs needs it; CI runs as root).

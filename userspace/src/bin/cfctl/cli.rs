@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cfctl::control::AttachMode;
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
 use cfctl::sources::cli::SOURCE as CLI_SOURCE;
-use cfctl::xdp::AttachMode;
 use cfctl::{FilterShape, MalformedAction, MatchAddress, Mode, Policy, Setting, MAX_VLAN_TAGS};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};

@@ -8,6 +8,7 @@ mod agent;
 mod cli;
 mod device;
 mod input;
+mod progress;
 mod report;
 mod xdp;
 

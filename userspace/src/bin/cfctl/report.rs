@@ -1,9 +1,8 @@
 //! How cfctl prints its reports: as text for people, or as JSON with
 //! `--json`; and the progress bar of long imports.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use filter_core::protocol::{Info, Stats};
 use filter_core::AddressFamily;
@@ -13,14 +12,12 @@ use cfctl::agent::{self, status::AgentStatus};
 use cfctl::control::device::{DeviceDelete, DeviceImport};
 use cfctl::control::{
     AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport, EntryRecord,
-    FilterUpdate, Progress, Status, TableSummary, VerifyReport,
+    FilterUpdate, Status, TableSummary, VerifyReport, PREFILTER_BYTES,
 };
 use cfctl::netlist::export_line;
 use cfctl::text::{thousands, Escaped};
 use cfctl::time::utc;
-use cfctl::xdp::maps::PREFILTER_BYTES;
 use cfctl::{MalformedAction, MatchAddress, Setting};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 /// Prints `value` as one line of JSON.
@@ -547,62 +544,9 @@ pub fn device_stats(stats: &Stats) {
     }
 }
 
-/// A progress bar on standard error, shown only on a terminal.
-pub struct Bar(Option<ProgressBar>);
-
-impl Bar {
-    /// A bar for a job of `entries` entries: drawn if standard error is a
-    /// terminal and the job is long.
-    pub fn new(entries: usize) -> Self {
-        const LONG_JOB: usize = 20_000;
-        Self((std::io::stderr().is_terminal() && entries >= LONG_JOB).then(ProgressBar::no_length))
-    }
-}
-
-impl Progress for Bar {
-    fn start(&self, stage: &str, total: u64) {
-        let Some(bar) = &self.0 else { return };
-        bar.reset();
-        if total > 0 {
-            bar.set_length(total);
-            bar.set_style(
-                ProgressStyle::with_template("{msg:32} [{bar:30}] {pos}/{len} ({eta})")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-            );
-        } else {
-            bar.set_style(ProgressStyle::default_spinner());
-            bar.enable_steady_tick(Duration::from_millis(100));
-        }
-        bar.set_message(stage.to_owned());
-    }
-
-    fn advance(&self, steps: u64) {
-        if let Some(bar) = &self.0 {
-            bar.inc(steps);
-        }
-    }
-}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_are_utc_civil_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
-        assert_eq!(utc(1_764_460_800), "2025-11-30 00:00:00Z");
-        assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59Z");
-    }
 
     #[test]
     fn numbers_get_thousands_separators() {

@@ -13,13 +13,13 @@ use cfctl::control::{
 };
 use cfctl::sources::{cli, file};
 use cfctl::text::{self, Escaped};
-use cfctl::xdp::PinDir;
 use cfctl::Setting;
 
 use crate::cli::{
     AddArgs, AllowCommand, AttachArgs, Command, DelArgs, GlobalOptions, ImportArgs, ListArgs,
 };
 use crate::input::{nets_to_add, parse_address, parse_nets, read_list};
+use crate::progress;
 use crate::{answer_check, print, report};
 
 /// Runs `command` on the blocklist pinned in `--pin-dir` and the store in
@@ -40,7 +40,7 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
     })?;
     if let Command::Detach(args) = command {
         let interfaces = (!args.all).then_some(args.interfaces.as_slice());
-        let report = attach::detach(&PinDir::new(&global.pin_dir), interfaces, args.keep_state)?;
+        let report = attach::detach(&global.pin_dir, interfaces, args.keep_state)?;
         return print(global, &report, report::detach);
     }
     let store_use = match command {
@@ -226,7 +226,7 @@ fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> a
             entries: &entries,
         },
     };
-    let bar = report::Bar::new(entries.len());
+    let bar = progress::Bar::new(entries.len());
     let report = control.change(ListKind::Blocklist, change, &bar)?;
     drop(bar);
     print(global, &report, report::change)

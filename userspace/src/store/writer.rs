@@ -1,0 +1,506 @@
+//! The moves of memberships in one list inside a write transaction
+//! ([`ListWriter`]): a source *joins* a network (a new membership, or a
+//! renewed one) or *leaves* it, and the counts follow; what each move did
+//! to the list as a whole says what the filter must change.
+
+use super::schema::{
+    encode_expiry, encode_net, memberships_of, CountKey, ExpiryKey, MemberKey, MemberValue,
+    NetBytes, ALL_SOURCES, COUNTS,
+};
+use super::{ListKind, NewEntry, ReplaceReport, StoreError};
+use ipnet::IpNet;
+use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+/// Source names and their ids, as in the `sources` table.
+pub(super) struct SourceIds {
+    ids: HashMap<String, u32>,
+    next: u32,
+}
+
+impl SourceIds {
+    pub(super) fn from_names(names: HashMap<u32, String>) -> Self {
+        let next = names.keys().max().map_or(0, |max| max + 1);
+        let ids = names.into_iter().map(|(id, name)| (name, id)).collect();
+        Self { ids, next }
+    }
+
+    /// The id of `name`, if it has one.
+    pub(super) fn get(&self, name: &str) -> Option<u32> {
+        self.ids.get(name).copied()
+    }
+
+    /// The id of `name`, recorded in `table` if new.
+    pub(super) fn id(
+        &mut self,
+        table: &mut Table<u32, &'static str>,
+        name: &str,
+    ) -> Result<u32, redb::StorageError> {
+        if let Some(id) = self.get(name) {
+            return Ok(id);
+        }
+        let id = self.next;
+        table.insert(id, name)?;
+        self.ids.insert(name.to_owned(), id);
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+/// What a membership move did to the list as a whole.
+pub(super) enum Moved {
+    /// The network was not listed and now is / was listed and now is not.
+    List,
+    /// Other sources list it, before and after.
+    OthersToo,
+    /// Nothing: the source listed it already (join: renewed) or did not
+    /// (leave).
+    Nothing,
+}
+
+/// What a list holds of one network for one source.
+#[derive(Default)]
+pub(super) struct Held {
+    /// Whether other sources list it.
+    others: bool,
+    /// The source's own membership, if it has one.
+    own: Option<Membership>,
+}
+
+/// A membership as stored.
+pub(super) struct Membership {
+    comment: Option<String>,
+    added: u64,
+    expires: u64,
+}
+
+impl Held {
+    /// Takes in one membership row of the network: the source's own, or
+    /// another source's.
+    pub(super) fn note(&mut self, own: bool, (comment, added, expires): (Option<&str>, u64, u64)) {
+        if own {
+            self.own = Some(Membership {
+                comment: comment.map(str::to_owned),
+                added,
+                expires,
+            });
+        } else {
+            self.others = true;
+        }
+    }
+}
+
+impl Membership {
+    /// Whether listing it again as `entry` says would change nothing (a
+    /// renewal keeps the comment unless the entry gives one).
+    pub(super) fn same_as(&self, entry: &NewEntry<'_>) -> bool {
+        entry
+            .comment
+            .is_none_or(|comment| self.comment.as_deref() == Some(comment))
+            && encode_expiry(entry.expires) == self.expires
+    }
+}
+
+/// One network a replacement changes: an entry to list (and what the list
+/// holds of its network), or, without one, a network the source drops.
+pub(super) struct Step<'e, 'a> {
+    net: NetBytes,
+    entry: Option<&'e NewEntry<'a>>,
+    held: Held,
+}
+
+/// The steps of a replacement, and the entries it keeps unchanged.
+#[derive(Default)]
+pub(super) struct Steps<'e, 'a> {
+    pub(super) steps: Vec<Step<'e, 'a>>,
+    pub(super) unchanged: usize,
+}
+
+impl<'e, 'a> Steps<'e, 'a> {
+    /// Takes in network `net`, of which the list holds `held`, as entry
+    /// `entry` lists it or (without one) as the source no longer does.
+    pub(super) fn take(&mut self, net: NetBytes, entry: Option<&'e NewEntry<'a>>, held: Held) {
+        match (entry, &held.own) {
+            (Some(entry), Some(own)) if own.same_as(entry) => self.unchanged += 1,
+            (None, None) => {}
+            _ => self.steps.push(Step { net, entry, held }),
+        }
+    }
+
+    /// Takes in the entries before listed network `net` (networks the
+    /// list lacks), then `net`, of which the list holds `held`, with its
+    /// entry if the next one lists it.
+    pub(super) fn take_through(
+        &mut self,
+        entries: &mut std::iter::Peekable<std::slice::Iter<'_, (NetBytes, &'e NewEntry<'a>)>>,
+        net: NetBytes,
+        held: Held,
+    ) {
+        while let Some((before, entry)) = entries.next_if(|(next, _)| *next < net) {
+            self.take(*before, Some(*entry), Held::default());
+        }
+        let entry = entries
+            .next_if(|(next, _)| *next == net)
+            .map(|(_, entry)| *entry);
+        self.take(net, entry, held);
+    }
+}
+
+impl Steps<'_, '_> {
+    /// What taking the steps does to the list, with `repeated` entries
+    /// ignored; `decode` reads a stored network.
+    pub(super) fn report(
+        &self,
+        repeated: usize,
+        decode: impl Fn(&NetBytes) -> Result<IpNet, StoreError>,
+    ) -> Result<ReplaceReport, StoreError> {
+        let mut report = ReplaceReport {
+            repeated,
+            kept: self.unchanged,
+            ..ReplaceReport::default()
+        };
+        for Step { net, entry, held } in &self.steps {
+            match (entry, held.own.is_some(), held.others) {
+                (Some(_), true, _) => report.kept += 1,
+                (Some(entry), false, true) => report.joined.push(entry.net),
+                (Some(entry), false, false) => report.added.push(entry.net),
+                (None, _, true) => report.still_listed.push(decode(net)?),
+                (None, _, false) => report.removed.push(decode(net)?),
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// How many rows an ordered pass over a list reads in the time of one
+/// range read (lookup) of a network: wanting fewer networks than a
+/// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
+/// list in one pass. The adds here and the update path (which looks up or
+/// reads the entries around a change) choose by it; a replacement has to
+/// read the whole list whatever its size, unless its source's networks are
+/// known otherwise (see `ListWriter::replacement`).
+pub const ROWS_PER_LOOKUP: u64 = 16;
+
+/// `entries` keyed by their stored form, in order, the first of any
+/// repeats kept (ordered writes touch each page of a table once), and how
+/// many repeats there were.
+pub(super) fn in_order<'e, 'a>(
+    entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
+) -> (Vec<(NetBytes, &'e NewEntry<'a>)>, usize)
+where
+    'a: 'e,
+{
+    let mut entries: Vec<(NetBytes, &NewEntry<'a>)> = entries
+        .into_iter()
+        .map(|entry| (encode_net(&entry.net), entry))
+        .collect();
+    let given = entries.len();
+    entries.sort_by_key(|(net, _)| *net);
+    entries.dedup_by_key(|(net, _)| *net);
+    let repeated = given - entries.len();
+    (entries, repeated)
+}
+
+/// The open tables of one list inside a write transaction, and the count
+/// changes to write when done.
+pub(super) struct ListWriter<'t> {
+    pub(super) list: ListKind,
+    pub(super) members: Table<'t, MemberKey, MemberValue>,
+    pub(super) expiry: Table<'t, ExpiryKey, ()>,
+    pub(super) counts: Table<'t, CountKey, u64>,
+    pub(super) deltas: HashMap<u32, i64>,
+    pub(super) now: u64,
+}
+
+impl<'t> ListWriter<'t> {
+    pub(super) fn open(
+        txn: &'t WriteTransaction,
+        list: ListKind,
+        now: u64,
+    ) -> Result<Self, redb::Error> {
+        let tables = list.tables();
+        Ok(Self {
+            list,
+            members: txn.open_table(tables.members)?,
+            expiry: txn.open_table(tables.expiry)?,
+            counts: txn.open_table(COUNTS)?,
+            deltas: HashMap::new(),
+            now,
+        })
+    }
+
+    /// Whether any source lists `net`.
+    pub(super) fn listed(&self, net: NetBytes) -> Result<bool, redb::Error> {
+        Ok(self.members.range(memberships_of(&net))?.next().is_some())
+    }
+
+    /// What the list holds of `net` for `source`: one range read of its
+    /// memberships.
+    pub(super) fn held(&self, source: u32, net: NetBytes) -> Result<Held, redb::Error> {
+        let mut held = Held::default();
+        for row in self.members.range(memberships_of(&net))? {
+            let (key, value) = row?;
+            held.note(key.value().1 == source, value.value());
+        }
+        Ok(held)
+    }
+
+    /// Whether `wanted` networks are read faster in one ordered pass over
+    /// the list than one by one ([`ROWS_PER_LOOKUP`]).
+    pub(super) fn one_pass_for(&self, wanted: usize) -> Result<bool, redb::Error> {
+        let wanted = u64::try_from(wanted).unwrap_or(u64::MAX);
+        Ok(wanted.saturating_mul(ROWS_PER_LOOKUP) >= self.members.len()?)
+    }
+
+    /// What the list holds of each of `nets` (sorted, distinct) for
+    /// `source`. Many networks are read in one ordered pass over the
+    /// memberships between the first and the last; a few, one range read
+    /// each.
+    pub(super) fn held_many(
+        &self,
+        source: u32,
+        nets: &[NetBytes],
+    ) -> Result<Vec<Held>, redb::Error> {
+        let (Some(&first), Some(&last)) = (nets.first(), nets.last()) else {
+            return Ok(Vec::new());
+        };
+        if !self.one_pass_for(nets.len())? {
+            return nets.iter().map(|&net| self.held(source, net)).collect();
+        }
+        let mut held: Vec<Held> = nets.iter().map(|_| Held::default()).collect();
+        let mut index = 0;
+        for row in self.members.range((&first, 0)..=(&last, u32::MAX))? {
+            let (key, value) = row?;
+            let (&net, member) = key.value();
+            while nets[index] < net {
+                index += 1;
+            }
+            if nets[index] == net {
+                held[index].note(member == source, value.value());
+            }
+        }
+        Ok(held)
+    }
+
+    /// What making `entries` (sorted, distinct) all that `source` lists
+    /// takes: a [`Step`] for each entry the source does not list as given
+    /// and for each network it lists that `entries` lack, in order. The
+    /// source's networks are known only by reading every membership (there
+    /// is no index by source), so a replacement is one ordered pass over
+    /// the whole list, which also tells what the list holds of each entry:
+    /// no lookups. Unless the source's networks are known otherwise, and
+    /// few: none when its count is zero (a feed's first refresh), or all of
+    /// them from the expiry index when every one expires (a Local API's
+    /// decisions) and that index is small beside the list. Then only those
+    /// networks and the entries' own are read, as an add reads them.
+    pub(super) fn replacement<'e, 'a>(
+        &self,
+        source: u32,
+        entries: &[(NetBytes, &'e NewEntry<'a>)],
+    ) -> Result<Steps<'e, 'a>, redb::Error> {
+        let mut steps = Steps::default();
+        if let Some(mut nets) = self.few_known_nets_of(source, entries.len())? {
+            nets.extend(entries.iter().map(|(net, _)| *net));
+            nets.sort_unstable();
+            nets.dedup();
+            let mut new = entries.iter().peekable();
+            for (net, held) in nets.iter().zip(self.held_many(source, &nets)?) {
+                let entry = new
+                    .next_if(|(next, _)| next == net)
+                    .map(|(_, entry)| *entry);
+                steps.take(*net, entry, held);
+            }
+            return Ok(steps);
+        }
+        let mut new = entries.iter().peekable();
+        // Each network's memberships are adjacent rows.
+        let mut group: Option<(NetBytes, Held)> = None;
+        for row in self.members.iter()? {
+            let (key, value) = row?;
+            let (&net, member) = key.value();
+            if let Some((current, held)) = group.take_if(|(current, _)| *current != net) {
+                steps.take_through(&mut new, current, held);
+            }
+            let (_, held) = group.get_or_insert_with(|| (net, Held::default()));
+            held.note(member == source, value.value());
+        }
+        if let Some((current, held)) = group {
+            steps.take_through(&mut new, current, held);
+        }
+        // Entries after the last listed network: the list lacks them.
+        for (net, entry) in new {
+            steps.take(*net, Some(*entry), Held::default());
+        }
+        Ok(steps)
+    }
+
+    /// Source `source`, whose hold on `net` is `held`, lists it with
+    /// `comment` until `expires`; a membership it had keeps its time added
+    /// (and its comment, unless `comment` replaces it). A renewal that
+    /// changes nothing writes nothing, so a refresh that keeps most of a
+    /// list costs only the reads.
+    pub(super) fn join(
+        &mut self,
+        source: u32,
+        net: NetBytes,
+        held: Held,
+        comment: Option<&str>,
+        expires: Option<SystemTime>,
+    ) -> Result<Moved, redb::Error> {
+        let expires = encode_expiry(expires);
+        if let Some(own) = held.own {
+            let comment = comment.or(own.comment.as_deref());
+            if comment != own.comment.as_deref() || expires != own.expires {
+                self.members
+                    .insert((&net, source), (comment, own.added, expires))?;
+            }
+            if own.expires != expires {
+                if own.expires != 0 {
+                    self.expiry.remove((own.expires, source, &net))?;
+                }
+                if expires != 0 {
+                    self.expiry.insert((expires, source, &net), ())?;
+                }
+            }
+            return Ok(Moved::Nothing);
+        }
+        self.members
+            .insert((&net, source), (comment, self.now, expires))?;
+        if expires != 0 {
+            self.expiry.insert((expires, source, &net), ())?;
+        }
+        *self.deltas.entry(source).or_default() += 1;
+        Ok(if held.others {
+            Moved::OthersToo
+        } else {
+            *self.deltas.entry(ALL_SOURCES).or_default() += 1;
+            Moved::List
+        })
+    }
+
+    /// Source `source` no longer lists `net`.
+    pub(super) fn leave(&mut self, source: u32, net: NetBytes) -> Result<Moved, redb::Error> {
+        if !self.drop_membership(source, net)? {
+            return Ok(Moved::Nothing);
+        }
+        let others = self.listed(net)?;
+        Ok(self.count_leave(others))
+    }
+
+    /// Takes one step of a replacement for `source`: lists its entry, or
+    /// leaves its network (which the source lists).
+    pub(super) fn take_step(&mut self, source: u32, step: Step<'_, '_>) -> Result<(), redb::Error> {
+        let Step { net, entry, held } = step;
+        match entry {
+            Some(entry) => {
+                self.join(source, net, held, entry.comment, entry.expires)?;
+            }
+            None => {
+                if self.drop_membership(source, net)? {
+                    self.count_leave(held.others);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `source`'s membership of `net` from every table; whether it
+    /// had one.
+    pub(super) fn drop_membership(
+        &mut self,
+        source: u32,
+        net: NetBytes,
+    ) -> Result<bool, redb::Error> {
+        let Some(expires) = self
+            .members
+            .remove((&net, source))?
+            .map(|old| old.value().2)
+        else {
+            return Ok(false);
+        };
+        if expires != 0 {
+            self.expiry.remove((expires, source, &net))?;
+        }
+        *self.deltas.entry(source).or_default() -= 1;
+        Ok(true)
+    }
+
+    /// Counts a membership gone: the list loses the network unless
+    /// `others` still list it.
+    pub(super) fn count_leave(&mut self, others: bool) -> Moved {
+        if others {
+            Moved::OthersToo
+        } else {
+            *self.deltas.entry(ALL_SOURCES).or_default() -= 1;
+            Moved::List
+        }
+    }
+
+    /// No source lists `net` any more.
+    pub(super) fn leave_all(&mut self, net: NetBytes) -> Result<Moved, redb::Error> {
+        let mut sources = Vec::new();
+        for row in self.members.range(memberships_of(&net))? {
+            sources.push(row?.0.value().1);
+        }
+        let mut moved = Moved::Nothing;
+        for source in sources {
+            moved = self.leave(source, net)?;
+        }
+        Ok(moved)
+    }
+
+    /// Every network `source` lists, if that is known without reading the
+    /// whole list and reading them (with `entries` more) one by one costs
+    /// less than one pass over it (see [`ROWS_PER_LOOKUP`]): none when its
+    /// count is zero; otherwise from the expiry index, when it is small
+    /// beside the list and holds a row for each of the source's networks
+    /// (every one of them expires).
+    pub(super) fn few_known_nets_of(
+        &self,
+        source: u32,
+        entries: usize,
+    ) -> Result<Option<Vec<NetBytes>>, redb::Error> {
+        let count = self.count_of(source)?;
+        if count == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let wanted = count.saturating_add(u64::try_from(entries).unwrap_or(u64::MAX));
+        let cost = self
+            .expiry
+            .len()?
+            .saturating_add(wanted.saturating_mul(ROWS_PER_LOOKUP));
+        if cost >= self.members.len()? {
+            return Ok(None);
+        }
+        let mut nets = Vec::new();
+        for row in self.expiry.iter()? {
+            let (_, member, &net) = row?.0.value();
+            if member == source {
+                nets.push(net);
+            }
+        }
+        Ok((u64::try_from(nets.len()).ok() == Some(count)).then_some(nets))
+    }
+
+    /// How many networks `source` lists, as last written.
+    pub(super) fn count_of(&self, source: u32) -> Result<u64, redb::Error> {
+        let key = (self.list.code(), source);
+        Ok(self.counts.get(key)?.map_or(0, |count| count.value()))
+    }
+
+    /// Writes the count changes.
+    pub(super) fn finish(mut self) -> Result<(), redb::Error> {
+        for (source, delta) in std::mem::take(&mut self.deltas) {
+            let key = (self.list.code(), source);
+            let count = self.count_of(source)?;
+            let count = count.saturating_add_signed(delta);
+            if count == 0 {
+                self.counts.remove(key)?;
+            } else {
+                self.counts.insert(key, count)?;
+            }
+        }
+        Ok(())
+    }
+}
