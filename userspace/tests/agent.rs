@@ -25,8 +25,18 @@ fn feed_state(cfctl: &Cfctl, name: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
+/// A configuration with no metrics and feed `name` refreshed every
+/// second from `url`, with `extra` settings.
 fn feed_config(name: &str, url: &str, extra: &str) -> String {
-    format!("[metrics]\nlisten = \"\"\n\n[[feed]]\nname = \"{name}\"\nurl = \"{url}\"\nrefresh = \"1s\"\n{extra}\n")
+    format!(
+        "[metrics]\nlisten = \"\"\n\n{}",
+        feed_section(name, url, extra)
+    )
+}
+
+/// The `[[feed]]` section of feed `name`, refreshed every second.
+fn feed_section(name: &str, url: &str, extra: &str) -> String {
+    format!("[[feed]]\nname = \"{name}\"\nurl = \"{url}\"\nrefresh = \"1s\"\n{extra}\n")
 }
 
 #[test]
@@ -77,22 +87,6 @@ fn feed_changes_reach_the_traffic_and_an_unchanged_feed_changes_nothing() {
     assert!(listed(&cfctl, "198.18.140.77"));
 }
 
-/// Runs `cfctl` with `args` to its end (a refusal ends it at once; an
-/// agent that started would run on, so it is killed, and the test fails,
-/// after a minute).
-fn run_to_end(cfctl: &Cfctl, args: &[&str]) -> std::process::Output {
-    let mut child = cfctl
-        .command(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting cfctl");
-    wait_for("the second agent to end", || {
-        child.try_wait().expect("waiting for cfctl").is_some()
-    });
-    child.wait_with_output().expect("cfctl's output")
-}
-
 #[test]
 fn a_second_agent_refuses_to_start_and_leaves_the_running_ones_entries_alone() {
     let (_network, cfctl) = attached(149, "agent-second", "1000", "skb");
@@ -111,7 +105,7 @@ fn a_second_agent_refuses_to_start_and_leaves_the_running_ones_entries_alone() {
         &["agent", "--once", "--config", other][..],
         &["agent", "--config", other],
     ] {
-        let output = run_to_end(&cfctl, args);
+        let output = cfctl.run_to_end(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "cfctl {args:?} ran: {stderr}");
         assert!(stderr.contains(&holder), "cfctl {args:?}: {stderr}");
@@ -139,12 +133,13 @@ fn a_feeds_whole_family_entries_are_refused_unless_allowed_and_mapped_ones_are_i
     let port = free_port();
     let config = |allow_whole_family: bool| {
         format!(
-            "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n\
-             [[feed]]\nname = \"w\"\nurl = \"{}\"\nrefresh = \"1s\"\n\
-             allow_whole_family = {allow_whole_family}\n\n\
-             [[feed]]\nname = \"a\"\nurl = \"{}\"\nrefresh = \"1s\"\nlist = \"allowlist\"\n",
-            server.url(),
-            allow.url()
+            "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n{}{}",
+            feed_section(
+                "w",
+                &server.url(),
+                &format!("allow_whole_family = {allow_whole_family}")
+            ),
+            feed_section("a", &allow.url(), "list = \"allowlist\"")
         )
     };
     let agent = Agent::start(&cfctl, &config(false));
@@ -287,11 +282,8 @@ fn a_slow_feed_holds_up_neither_another_feed_nor_a_command_nor_sigterm() {
         Duration::from_millis(100),
     ));
     let fast = FeedServer::start(Answer::List("198.18.164.4\n".to_owned()));
-    let config = format!(
-        "{}\n[[feed]]\nname = \"fast\"\nurl = \"{}\"\nrefresh = \"1s\"\n",
-        feed_config("slow", &slow.url(), "timeout = \"150s\""),
-        fast.url()
-    );
+    let config = feed_config("slow", &slow.url(), "timeout = \"150s\"")
+        + &feed_section("fast", &fast.url(), "");
     let agent = Agent::start(&cfctl, &config);
     wait_for("the slow fetch to begin", || {
         slow.trickling.load(Ordering::SeqCst)
@@ -573,12 +565,9 @@ fn metrics_are_served_and_parse() {
     )));
     let down = FeedServer::start(Answer::Status(503));
     let port = free_port();
-    let config = format!(
-        "{}\n[[feed]]\nname = \"down\"\nurl = \"{}\"\nrefresh = \"1s\"\n",
-        feed_config("m", &server.url(), "")
-            .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\"")),
-        down.url()
-    );
+    let config = feed_config("m", &server.url(), "")
+        .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""))
+        + &feed_section("down", &down.url(), "");
     let _agent = Agent::start(&cfctl, &config);
     wait_for("the feed", || listed(&cfctl, &network.v4(3).to_string()));
     wait_for("the failing feed's first try", || {

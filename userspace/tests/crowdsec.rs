@@ -548,14 +548,7 @@ fn a_lapi_no_longer_followed_takes_its_decisions_with_it() {
     let (network, cfctl) = attached(146, "crowdsec-gone", "1000", "skb");
     let (v4, other) = (network.v4(3).to_string(), network.v4(4).to_string());
     let lapi = FeedServer::start(Answer::List(stream(&[("Ip", &v4)])));
-    let dir = tempfile::tempdir().expect("a directory for the key");
-    let key = dir.path().join("key");
-    std::fs::write(&key, "not-a-secret\n").expect("writing the key");
-    let following = format!(
-        "[metrics]\nlisten = \"\"\n\n[crowdsec]\nurl = \"http://{}\"\napi_key_file = \"{}\"\npull = \"1s\"\n",
-        lapi.address,
-        key.display()
-    );
+    let (_key, following) = fake_lapi_config(&lapi, "");
     let agent = Agent::start(&cfctl, &following);
     wait_for("the decision", || listed(&cfctl, &v4));
     cfctl.ok(&["add", &other]);

@@ -148,26 +148,6 @@ fn comments_never_reach_the_terminal_raw_and_export_reads_back_exactly() {
     assert_eq!(original.len(), 5, "no entry came from a comment");
 }
 
-/// Runs cfctl to its end, which a bounded input guarantees; a hang would
-/// be the defect under test, so it is cut off (and fails) after a minute.
-fn run_to_end(cfctl: &Cfctl, args: &[&str]) -> std::process::Output {
-    let mut child = cfctl
-        .command(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting cfctl");
-    for _ in 0..600 {
-        if child.try_wait().expect("waiting for cfctl").is_some() {
-            return child.wait_with_output().expect("reading cfctl's output");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("cfctl {} did not end", args.join(" "));
-}
-
 #[test]
 fn endless_huge_and_oversized_input_is_refused_with_a_short_line() {
     let cfctl = Cfctl::new("bounds");
@@ -214,7 +194,7 @@ fn endless_huge_and_oversized_input_is_refused_with_a_short_line() {
         ),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let output = run_to_end(&cfctl, &args);
+        let output = cfctl.run_to_end(&args);
         let line = expect_one_error_line(&output, &args[..2].join(" "));
         assert!(line.contains(expected), "{line}");
         assert!(line.len() < 1000, "a {} byte error line", line.len());

@@ -104,6 +104,27 @@ impl Cfctl {
         self.command(args).output().expect("running cfctl")
     }
 
+    /// Runs cfctl to its end where it must end by itself (a refusal, a
+    /// bounded input): one that runs on is the defect under test, so it
+    /// is killed, and the test fails, after a minute.
+    pub fn run_to_end(&self, args: &[&str]) -> Output {
+        let mut child = self
+            .command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting cfctl");
+        for _ in 0..600 {
+            if child.try_wait().expect("waiting for cfctl").is_some() {
+                return child.wait_with_output().expect("reading cfctl's output");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("cfctl {} did not end", args.join(" "));
+    }
+
     /// Runs cfctl, which must succeed; returns its standard output.
     pub fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
