@@ -514,7 +514,7 @@ fn bench_filter(
         LoadOptions::for_capacity(FilterShape::Fingerprint16, keys).ok_or("filter too large")?;
     let mut blocklist = FilterProgram::load(&options)?;
     let start = Instant::now();
-    blocklist.live().install(plan, options.seed)?;
+    blocklist.live().install(plan)?;
     let fill_seconds = start.elapsed().as_secs_f64();
     let bytes = memlock(&blocklist.maps_mut().live_table_map()?)?;
     let with_prefilter = {

@@ -299,7 +299,7 @@ fn verdicts_agree_with_filter_core_on_100000_addresses() {
     let mut blocklist = blocklist_with(&[]);
     blocklist
         .live()
-        .install(&plan, SEED)
+        .install(&plan)
         .expect("installing the plan");
     assert_eq!(
         blocklist.maps().live_prefilter(),
@@ -380,7 +380,7 @@ fn verdicts_agree_when_the_prefilter_marks_every_block_and_is_skipped() {
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     blocklist
         .live()
-        .install(&plan, SEED)
+        .install(&plan)
         .expect("installing the plan");
     let profile = blocklist.maps().live_profile();
     assert_ne!(
@@ -478,7 +478,7 @@ fn live_updates_of_single_keys_keep_every_key_in_a_nearly_full_table() {
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let plan = KeyPlan::build(nets_of(initial), PlanLimits::default()).expect("a plan");
     let live = blocklist.live();
-    live.install(&plan, SEED).expect("filling the filter");
+    live.install(&plan).expect("filling the filter");
     let load = live.summary().expect("a summary").load_factor;
     assert!(load > 0.9, "the table is nearly full ({load})");
 

@@ -371,7 +371,7 @@ fn destination_match_mode() {
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     blocklist
         .live()
-        .install(&plan_of(&[net(IpAddr::V4(TARGET_V4), 32)]), options.seed)
+        .install(&plan_of(&[net(IpAddr::V4(TARGET_V4), 32)]))
         .expect("filling the filter");
     // Every test frame goes to TARGET_V4, whatever its source.
     check(&blocklist, v4("198.18.0.77"), Tags::None, true);
@@ -386,7 +386,7 @@ fn every_filter_shape_loads_and_matches() {
         let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
         blocklist
             .live()
-            .install(&plan_of(&[net(v4("198.18.3.0"), 24)]), options.seed)
+            .install(&plan_of(&[net(v4("198.18.3.0"), 24)]))
             .expect("filling the filter");
         check(&blocklist, v4("198.18.3.3"), Tags::One, true);
     }
@@ -398,10 +398,14 @@ fn whole_filter_replacement_swaps_keys_and_keeps_the_table_size() {
     check(&blocklist, v4("198.18.0.10"), Tags::None, true);
     blocklist
         .live()
-        .install(&plan_of(&[net(v6("2001:db8::20"), 128)]), 0x5eed)
+        .install(&plan_of(&[net(v6("2001:db8::20"), 128)]))
         .expect("replacing the filter");
     let maps = blocklist.maps();
-    assert_eq!(maps.live_profile().seed, 0x5eed);
+    assert_eq!(
+        maps.live_profile().seed,
+        common::SEED,
+        "the seed it was loaded with"
+    );
     assert_eq!(maps.live_profile().ipv4_length_count, 0);
     check(&blocklist, v4("198.18.0.10"), Tags::None, false);
     check(&blocklist, v6("2001:db8::20"), Tags::None, true);
@@ -522,7 +526,7 @@ fn the_filter_marks_exactly_the_blocks_of_its_keys() {
     check(&blocklist, v6("2001:db8:2::3"), Tags::None, false);
     blocklist
         .live()
-        .install(&plan_of(&[]), common::SEED)
+        .install(&plan_of(&[]))
         .expect("emptying the filter");
     assert_eq!(*blocklist.maps().live_prefilter(), Prefilter::EMPTY);
 }
@@ -644,10 +648,7 @@ fn live_updates_set_bits_before_keys_and_clear_them_after_the_last_key() {
         PlanLimits::default(),
     )
     .expect("a plan");
-    blocklist
-        .live()
-        .install(&plan, common::SEED)
-        .expect("installing");
+    blocklist.live().install(&plan).expect("installing");
     assert_eq!(blocklist.maps().live_prefilter(), plan.prefilter());
     let block = v4_bit("198.19.0.0", 0);
 
@@ -717,10 +718,7 @@ fn control_plane_diffs_set_the_bits_of_new_keys() {
         PlanLimits::default(),
     )
     .expect("a plan");
-    blocklist
-        .live()
-        .install(&plan, common::SEED)
-        .expect("installing");
+    blocklist.live().install(&plan).expect("installing");
     let diff = plan
         .update(&nets(&["198.19.5.0/24", "2001:db8::/48"]), &[])
         .expect("an incremental add");

@@ -37,10 +37,7 @@ fn listing_blocklist(network: &TestNetwork) -> FilterProgram {
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let entries = [net(network.v4(3), 32), net(network.v6(3), 128)];
     let plan = KeyPlan::build(entries, PlanLimits::default()).expect("a plan");
-    blocklist
-        .live()
-        .install(&plan, options.seed)
-        .expect("filling the filter");
+    blocklist.live().install(&plan).expect("filling the filter");
     blocklist
 }
 

@@ -142,7 +142,7 @@ impl Control {
         }
         settings.seed = live.seed();
         live.begin_update();
-        live.install(plan, settings.seed)
+        live.install(plan)
             .map_err(|error| WayOut::Resize.explain(error))?;
         live.set_allowlist(&self.stored_allowlist()?)?;
         live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
@@ -206,7 +206,7 @@ impl Control {
             None => FilterProgram::load(&options)?,
         };
         let live = blocklist.live();
-        live.install(plan, settings.seed)
+        live.install(plan)
             .map_err(|error| WayOut::LargerCapacity.explain(error))?;
         live.set_allowlist(&self.stored_allowlist()?)?;
         live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);

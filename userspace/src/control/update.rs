@@ -351,7 +351,6 @@ impl Control {
         limits: PlanLimits,
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
-        let seed = live.seed();
         let removed: HashSet<IpNet> = recorded.removed.iter().copied().collect();
         let new: Vec<IpNet> = self
             .store
@@ -368,7 +367,7 @@ impl Control {
             let union = KeyPlan::build(new.iter().chain(&recorded.removed).copied(), limits);
             let swapped = union
                 .map_err(ControlError::from)
-                .and_then(|union| live.install(&union, seed).map_err(ControlError::from));
+                .and_then(|union| live.install(&union).map_err(ControlError::from));
             match swapped {
                 Ok(()) => true,
                 // Too large together: the new table alone, before the commit.
@@ -378,7 +377,7 @@ impl Control {
         };
         crash_point("union-installed");
         if !union_live {
-            live.install(&new_plan, seed)
+            live.install(&new_plan)
                 .map_err(|error| unchanged(live, error))?;
             crash_point("installed");
         }
@@ -386,7 +385,7 @@ impl Control {
         self.commit_or_repair(live, txn)?;
         crash_point("committed");
         if union_live {
-            live.install(&new_plan, seed)
+            live.install(&new_plan)
                 .map_err(|error| WayOut::Resize.explain(error))?;
         }
         Ok(FilterUpdate::Rebuilt {
@@ -409,7 +408,7 @@ impl Control {
     pub(super) fn repair(&self, live: &mut LiveFilter) -> Result<()> {
         let settings = self.settings()?;
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
-        live.install(&plan, live.seed())
+        live.install(&plan)
             .map_err(|error| WayOut::Resize.explain(error))?;
         live.set_allowlist(&self.stored_allowlist()?)?;
         live.end_update();

@@ -82,10 +82,12 @@ impl LiveFilter {
         .unwrap_or_default()
     }
 
-    /// Builds a table keyed with `seed` holding every key of `plan` and
-    /// makes it live with the plan's lengths and prefilter, atomically. On
-    /// error the live filter is unchanged.
-    pub fn install(&mut self, plan: &KeyPlan, seed: u64) -> Result<()> {
+    /// Builds a table keyed with the live seed (the one the program was
+    /// loaded with) holding every key of `plan` and makes it live with the
+    /// plan's lengths and prefilter, atomically. On error the live filter
+    /// is unchanged.
+    pub fn install(&mut self, plan: &KeyPlan) -> Result<()> {
+        let seed = self.seed();
         by_shape!(self.shape(), install_as(&mut self.maps, plan, seed))
     }
 

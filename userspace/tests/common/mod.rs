@@ -167,10 +167,7 @@ pub fn blocklist_with(entries: &[IpNet]) -> FilterProgram {
     };
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist program");
     let plan = KeyPlan::build(entries.iter().copied(), PlanLimits::default()).expect("a plan");
-    blocklist
-        .live()
-        .install(&plan, SEED)
-        .expect("filling the filter");
+    blocklist.live().install(&plan).expect("filling the filter");
     blocklist
 }
 
