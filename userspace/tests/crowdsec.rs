@@ -763,6 +763,116 @@ fn bulk_decisions_with_an_agent_running() {
     }
 }
 
+/// Elements of nftables set `set` of table `table` (family `family`) in
+/// the calling thread's network namespace; 0 before the set exists.
+fn nft_set_elements(family: &str, table: &str, set: &str) -> usize {
+    let output = Command::new("nft")
+        .args(["-j", "list", "set", family, table, set])
+        .output()
+        .expect("running nft (./x bench-agent installs it)");
+    if !output.status.success() {
+        return 0;
+    }
+    let listing: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("nft's JSON listing");
+    listing["nftables"]
+        .as_array()
+        .and_then(|objects| {
+            objects
+                .iter()
+                .find_map(|object| object["set"]["elem"].as_array())
+        })
+        .map_or(0, Vec::len)
+}
+
+/// Not a test: `cfctl agent` and Debian's `crowdsec-firewall-bouncer`
+/// (nftables) side by side, both started at the same instant against one
+/// LAPI holding 10^5 `ip` decisions; prints how long each took from its
+/// start until it enforced all of them (cfctl: source `crowdsec` lists
+/// them; the bouncer: its nftables set holds them). Everything runs in
+/// the test network's namespace: the LAPI on its 127.0.0.1, the bouncer's
+/// tables its own. Run it alone, through `./x bench-agent`, which unpacks
+/// the bouncer and installs nft.
+#[test]
+#[ignore = "a benchmark; prints its numbers"]
+fn cfctl_and_the_firewall_bouncer_take_one_lapis_decisions() {
+    use std::time::{Duration, Instant};
+    const DECISIONS: usize = 100_000;
+    let (network, cfctl) = attached(168, "crowdsec-side", "262144", "skb");
+    let bouncer = common::unpacked_bin("crowdsec-firewall-bouncer", "crowdsec-firewall-bouncer");
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                network.enter();
+                let lapi = Lapi::start();
+                let mut csv = String::from("duration,scope,value\n");
+                let base = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0));
+                for index in 0..DECISIONS as u32 {
+                    csv.push_str(&format!("24h,ip,{}\n", std::net::Ipv4Addr::from(base + index)));
+                }
+                let file = lapi.dir.path().join("decisions.csv");
+                std::fs::write(&file, csv).expect("writing the decisions");
+                lapi.cscli(&["decisions", "import", "-i", file.to_str().expect("a UTF-8 path")]);
+                let agent_key = lapi.bouncer_key_file("cfctl");
+                let bouncer_key = lapi.bouncer_key_file("firewall");
+                let dir = lapi.dir.path().display();
+                let bouncer_config = lapi.dir.path().join("firewall-bouncer.yaml");
+                std::fs::write(
+                    &bouncer_config,
+                    format!(
+                        "mode: nftables\npid_dir: {dir}\nupdate_frequency: 1s\ndaemonize: false\n\
+                         log_mode: file\nlog_dir: {dir}\nlog_level: info\n\
+                         api_url: {}/\napi_key: {}\ndisable_ipv6: false\ndeny_action: DROP\n\
+                         deny_log: false\nsupported_decisions_types:\n  - ban\n\
+                         nftables:\n  ipv4:\n    enabled: true\n    set-only: false\n    table: crowdsec\n    chain: crowdsec-chain\n\
+                         \x20 ipv6:\n    enabled: true\n    set-only: false\n    table: crowdsec6\n    chain: crowdsec6-chain\n\
+                         prometheus:\n  enabled: false\n",
+                        lapi.url,
+                        std::fs::read_to_string(&bouncer_key).expect("the key").trim()
+                    ),
+                )
+                .expect("the bouncer's configuration");
+                let started = Instant::now();
+                let agent = Agent::start(&cfctl, &lapi.agent_config(&agent_key, 0));
+                let mut firewall = Command::new(&bouncer)
+                    .arg("-c")
+                    .arg(&bouncer_config)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("starting the firewall bouncer");
+                let (mut cfctl_done, mut firewall_done) = (None, None);
+                while cfctl_done.is_none() || firewall_done.is_none() {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(1200),
+                        "not done after 20 minutes: cfctl {cfctl_done:?}, the bouncer {firewall_done:?}"
+                    );
+                    if cfctl_done.is_none() && crowdsec_entries(&cfctl) == DECISIONS as u64 {
+                        cfctl_done = Some(started.elapsed());
+                    }
+                    if firewall_done.is_none()
+                        && nft_set_elements("ip", "crowdsec", "crowdsec-blacklists") >= DECISIONS
+                    {
+                        firewall_done = Some(started.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                let _ = firewall.kill();
+                let _ = firewall.wait();
+                drop(agent);
+                for (tool, took) in [("cfctl agent", cfctl_done), ("crowdsec-firewall-bouncer", firewall_done)] {
+                    let seconds = took.expect("a time").as_secs_f64();
+                    eprintln!(
+                        "{tool}: {DECISIONS} decisions enforced {seconds:.1} s after its start ({:.0} decisions/s)",
+                        DECISIONS as f64 / seconds
+                    );
+                }
+            })
+            .join()
+            .expect("the benchmark's thread");
+    });
+}
+
 /// Not a test: ban-to-drop latency with `pull = "1s"`, beside a feed that
 /// trickles one byte a second. Each repetition
 /// waits a different part of the pull interval (so the bans fall evenly

@@ -142,6 +142,19 @@ impl TestNetwork {
         network
     }
 
+    /// Moves the calling thread into the namespace, for good: processes it
+    /// starts from then on run there too (servers on the namespace's own
+    /// 127.0.0.1). For a thread of its own, never the test's main thread,
+    /// which must stay outside to clean up.
+    pub fn enter(&self) {
+        let file = std::fs::File::open(format!("/run/netns/{}", self.namespace))
+            .expect("the namespace's file");
+        // SAFETY: setns(2) on a descriptor this function holds open.
+        let entered =
+            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+        assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+    }
+
     /// 198.18.<subnet>.<host>
     pub fn v4(&self, host: u8) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(198, 18, self.subnet, host))
