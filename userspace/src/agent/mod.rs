@@ -272,7 +272,9 @@ impl Agent {
             &self.options.state_dir,
             StoreUse::Create,
             self.options.state_dir_check,
-            Rc::new(|_| {}),
+            // What the control plane tells a command's user (a repaired
+            // update, a filter that resized itself) goes to the log.
+            Rc::new(|notice: &str| tracing::info!(notice, "filter")),
         )
     }
 

@@ -17,7 +17,9 @@ use aya::maps::MapData;
 
 use super::capacity::{check_capacity, WayOut};
 use super::error::{ControlError, Result};
-use super::report::{AttachReport, Attachment, DetachReport, TableSummary};
+use super::report::{AttachReport, Attachment, DetachReport};
+use super::resize::choose_capacity;
+use super::sizing::{CapacityChoice, Sizing};
 use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
@@ -45,17 +47,31 @@ impl Control {
         self.store.check_integrity()?;
         let stored = self.settings()?;
         let mut settings = stored.clone();
-        apply_options(&mut settings, options)?;
+        apply_options(&mut settings, options);
         settings.claim_store_id();
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
+        // A new program is sized as asked, or for the store; a pinned one
+        // keeps its size (resize changes it).
+        let sized = |settings: &mut FilterSettings| {
+            match options.capacity {
+                Some(choice) => choose_capacity(settings, choice, plan.key_count()),
+                None if settings.sizing == Sizing::Auto => {
+                    choose_capacity(settings, CapacityChoice::Auto, plan.key_count());
+                }
+                None => {}
+            }
+            check_capacity(settings.capacity, settings.shape)
+        };
         // (Opening the live filter repairs an interrupted update first, so
         // its leftovers are not taken for a list.)
         let loaded = match self.live() {
             Ok(Some((live, same_store))) => {
+                check_capacity(settings.capacity, settings.shape)?;
                 self.refill(live, same_store, &stored, &mut settings, &plan, options)?;
                 false
             }
             Ok(None) => {
+                sized(&mut settings)?;
                 if settings.seed == 0 {
                     settings.seed = crate::filter::random_seed();
                 }
@@ -65,6 +81,7 @@ impl Control {
             }
             // Map pins removed: a new program takes over the links.
             Err(ControlError::Incomplete { .. }) => {
+                sized(&mut settings)?;
                 self.install_program(&settings, &plan, None)?;
                 true
             }
@@ -217,9 +234,11 @@ impl Control {
     /// Loads a program whose filter holds `capacity` keys, fills it from the
     /// store, and swaps it in on every link atomically (each link switches
     /// from the old program to the new one; both hold every entry), then
-    /// pins it in place of the old one. The new program counts into the old
-    /// one's counter map, so the counts go on.
-    pub fn resize(&mut self, capacity: u64) -> Result<TableSummary> {
+    /// pins it in place of the old one and stores the capacity. The new
+    /// program counts into the old one's counter map, so the counts go on.
+    /// [`Control::resize`] and a filter that sizes itself
+    /// ([`super::sizing`]) resize through here.
+    pub(super) fn install_resized(&mut self, capacity: u64) -> Result<()> {
         let old = self
             .live_for_update()?
             .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
@@ -232,9 +251,8 @@ impl Control {
         settings.malformed = old.malformed_action();
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
         let counters = old.maps().counters_map()?;
-        let mut blocklist = self.install_program(&settings, &plan, Some(counters))?;
-        self.save_settings(&settings)?;
-        Ok(blocklist.live().summary()?)
+        self.install_program(&settings, &plan, Some(counters))?;
+        self.save_settings(&settings)
     }
 
     /// Switches between enforce and monitor mode (live and stored).
@@ -296,11 +314,9 @@ pub fn detach(
     Ok(report)
 }
 
-/// Applies `options` to `settings`, checking the capacity they ask for.
-fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Result<()> {
-    if let Some(capacity) = options.capacity {
-        settings.capacity = capacity;
-    }
+/// Applies `options` to `settings`, but for the capacity (which a new
+/// program takes, see [`Control::attach`]).
+fn apply_options(settings: &mut FilterSettings, options: AttachOptions) {
     if let Some(shape) = options.shape {
         settings.shape = shape;
     }
@@ -313,7 +329,6 @@ fn apply_options(settings: &mut FilterSettings, options: AttachOptions) -> Resul
     if let Some(malformed) = options.malformed {
         settings.malformed = malformed;
     }
-    check_capacity(settings.capacity, settings.shape)
 }
 
 /// Refuses options that the pinned program cannot take without a reload.
@@ -339,13 +354,15 @@ fn check_compatible(
                 .to_owned(),
         ));
     }
-    if options
-        .capacity
-        .is_some_and(|wanted| wanted != settings.capacity)
-    {
+    let asked = match options.capacity {
+        Some(CapacityChoice::Keys(keys)) => Some((Sizing::Fixed, keys)),
+        Some(CapacityChoice::Auto) => Some((Sizing::Auto, settings.capacity)),
+        None => None,
+    };
+    if asked.is_some_and(|asked| asked != (settings.sizing, settings.capacity)) {
         return Err(ControlError::Conflict(format!(
-            "the attached filter is sized for {} keys; use `cfctl resize --capacity N` to change \
-             its size",
+            "the attached filter is sized for {} keys; use `cfctl resize --capacity N|auto` to \
+             change its size",
             settings.capacity
         )));
     }

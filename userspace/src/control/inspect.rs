@@ -164,6 +164,8 @@ impl Control {
             malformed: settings.malformed,
             match_address: settings.match_address,
             capacity: settings.capacity,
+            sizing: settings.sizing,
+            last_resize: settings.last_resize.clone(),
             fingerprint_bits: settings.shape.fingerprint_bits(),
             entries: self.store.entry_count(ListKind::Blocklist)?,
             allowlist_entries: self.store.entry_count(ListKind::Allowlist)?,

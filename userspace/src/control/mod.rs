@@ -13,6 +13,7 @@
 //! | [`attach`] | attach, detach, resize, and loading a program filled from the store |
 //! | [`inspect`] | status, check, verify, counters |
 //! | [`capacity`] | how large a filter may be, and the way out of a full one |
+//! | [`sizing`], `resize` | a filter that sizes itself: the rules, and the resizes |
 //! | [`settings`] | the filter's settings, kept in the store |
 //! | [`report`], [`error`] | what operations report, and why they fail |
 //! | [`device`] | the same verbs on a filter device |
@@ -36,7 +37,9 @@ mod diff;
 pub mod error;
 pub mod inspect;
 pub mod report;
+mod resize;
 pub mod settings;
+pub mod sizing;
 pub mod update;
 
 use std::fs;
@@ -50,6 +53,7 @@ pub use diff::BULK_ENTRIES;
 pub use error::{ControlError, Result};
 pub use inspect::{live_summary, read_counters};
 pub use report::*;
+pub use sizing::{CapacityChoice, Sizing};
 pub use update::{Change, NoProgress, Progress};
 
 pub use crate::store::ListKind;
@@ -97,8 +101,8 @@ pub fn require_privileges(action: &'static str) -> Result<()> {
 /// Options of `attach`; `None` keeps the stored setting.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AttachOptions {
-    /// Keys the filter is sized for.
-    pub capacity: Option<u64>,
+    /// Keys the filter is sized for, or sized for the store.
+    pub capacity: Option<CapacityChoice>,
     /// Fingerprint width and slots per bucket.
     pub shape: Option<FilterShape>,
     /// Which address of a packet is matched.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::sizing::{Resized, Sizing};
 pub use crate::filter::TableSummary;
 use crate::store::Entry;
 use crate::time::unix_seconds;
@@ -91,6 +92,8 @@ pub struct ChangeReport {
     pub not_listed: Vec<IpNet>,
     /// How the filter changed.
     pub filter: FilterUpdate,
+    /// The resize of a filter that sizes itself this change made, if any.
+    pub resized: Option<Resized>,
 }
 
 /// One source's listing of a network, for reports.
@@ -200,6 +203,10 @@ pub struct Status {
     pub match_address: MatchAddress,
     /// Keys the filter is sized for.
     pub capacity: u64,
+    /// Whether the filter sizes itself.
+    pub sizing: Sizing,
+    /// Its last change of size.
+    pub last_resize: Option<Resized>,
     /// Fingerprint width.
     pub fingerprint_bits: u32,
     /// Blocklist entries.

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::Result;
+use super::sizing::{Resized, Sizing, MIN_AUTO_CAPACITY};
 use super::Control;
 use crate::plan::PlanLimits;
 use crate::{FilterShape, MalformedAction, MatchAddress, Mode, Policy};
@@ -21,6 +22,12 @@ const STATE: (&str, &str) = ("filter", "filter");
 pub struct FilterSettings {
     /// Keys the filter is sized for.
     pub capacity: u64,
+    /// Whether the filter sizes itself ([`super::sizing`]); settings stored
+    /// before there was a choice keep their capacity.
+    #[serde(default = "Sizing::stored_before_auto")]
+    pub sizing: Sizing,
+    /// The filter's last change of size, and why.
+    pub last_resize: Option<Resized>,
     /// Fingerprint width and slots per bucket (stored as the width: 8, 16
     /// or 32).
     #[serde(rename = "fingerprint_bits", with = "shape_bits")]
@@ -57,14 +64,16 @@ impl FilterSettings {
 }
 
 impl Default for FilterSettings {
-    /// 1 Mi keys, 16-bit fingerprints, seed 0 (choose one when building),
+    /// Sized for the store (from [`MIN_AUTO_CAPACITY`] keys), 16-bit fingerprints, seed 0 (choose one when building),
     /// source matching, enforce, deny, malformed frames dropped (the
     /// kernel's IP layer drops every frame the program calls malformed but
     /// one with more VLAN tags than it follows), default plan limits, no
     /// id yet.
     fn default() -> Self {
         Self {
-            capacity: 1 << 20,
+            capacity: MIN_AUTO_CAPACITY,
+            sizing: Sizing::Auto,
+            last_resize: None,
             shape: FilterShape::Fingerprint16,
             seed: 0,
             match_address: MatchAddress::Source,
@@ -111,5 +120,23 @@ impl Control {
         txn.set_state(namespace, key, settings)?;
         txn.commit()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_stored_before_auto_sizing_keep_their_capacity() {
+        let stored: FilterSettings =
+            serde_json::from_str(r#"{"capacity": 16384, "fingerprint_bits": 16}"#)
+                .expect("settings of an earlier cfctl");
+        assert_eq!(stored.sizing, Sizing::Fixed);
+        assert_eq!(stored.capacity, 16384);
+        assert_eq!(FilterSettings::default().sizing, Sizing::Auto);
+        let written = serde_json::to_string(&FilterSettings::default()).expect("JSON");
+        let read: FilterSettings = serde_json::from_str(&written).expect("settings");
+        assert_eq!(read, FilterSettings::default());
     }
 }

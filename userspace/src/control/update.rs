@@ -198,7 +198,31 @@ impl Control {
 
     /// Applies `change` to `list`, in the store and in the live filter; see
     /// the module documentation for the order and what happens on failure.
+    /// A filter that sizes itself ([`super::sizing`]) grows first when the
+    /// change does not fit, and follows the load after it.
     pub fn change(
+        &mut self,
+        list: ListKind,
+        change: Change<'_>,
+        progress: &dyn Progress,
+    ) -> Result<ChangeReport> {
+        let mut report = match self.change_once(list, change, progress) {
+            Err(ControlError::Full { wanted, .. }) if self.sizes_itself()? => {
+                let grown = self.grow_for(wanted)?;
+                let mut report = self.change_once(list, change, progress)?;
+                report.resized = Some(grown);
+                report
+            }
+            other => other?,
+        };
+        if let Some(resized) = self.follow_the_load(report.filter)? {
+            report.resized = Some(resized);
+        }
+        Ok(report)
+    }
+
+    /// [`Control::change`], for the filter as it is.
+    fn change_once(
         &mut self,
         list: ListKind,
         change: Change<'_>,
@@ -221,6 +245,7 @@ impl Control {
             already_listed: Vec::new(),
             not_listed: Vec::new(),
             filter: FilterUpdate::NotAttached,
+            resized: None,
         };
         // The exact diff of a blocklist change for the live filter, planned
         // from the committed store while the transaction is written.

@@ -68,6 +68,25 @@ impl Cfctl {
         move |source| verdict(&super::udp_frame(source, super::Tags::None))
     }
 
+    /// The verdict for a UDP frame from `source` of the program pinned at
+    /// this moment, or `None` while none is (a resize unpins the old
+    /// program before it pins the new one; the link runs one of them
+    /// throughout).
+    pub fn verdict_now(&self, source: IpAddr) -> Option<XdpAction> {
+        let program = aya::programs::Xdp::from_pin(
+            self.pin_dir.join("program"),
+            aya_obj::programs::XdpAttachType::Interface,
+        )
+        .ok()?;
+        let fd = program.fd().ok()?;
+        let frame = super::udp_frame(source, super::Tags::None);
+        Some(
+            run_xdp(fd.as_fd(), &frame, 1)
+                .expect("BPF_PROG_TEST_RUN")
+                .action,
+        )
+    }
+
     /// The verdict of the pinned program for a frame, run with
     /// BPF_PROG_TEST_RUN.
     pub fn pinned_frame_verdict(&self) -> impl Fn(&[u8]) -> XdpAction {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cfctl::control::AttachMode;
+use cfctl::control::{AttachMode, CapacityChoice};
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
 use cfctl::sources::cli::SOURCE as CLI_SOURCE;
@@ -295,11 +295,10 @@ pub struct AttachArgs {
     /// interface).
     #[arg(long, value_parser = attach_mode(), default_value = "native")]
     pub mode: AttachMode,
-    #[arg(long, value_name = "N", help = stored(
-        "Filter keys the filter is sized for",
-        FilterSettings::default().capacity.to_string(),
-    ))]
-    pub capacity: Option<u64>,
+    /// Keys the filter is sized for, fixed; or `auto`: sized for the
+    /// store, growing and shrinking with it [stored; default auto]
+    #[arg(long, value_name = "N|auto", value_parser = capacity_choice)]
+    pub capacity: Option<CapacityChoice>,
     #[arg(long, value_name = "P", conflicts_with = "fingerprint_bits", help = stored(
         "Target false-positive rate per probe; picks the narrowest fingerprint that reaches it",
         format!("{}-bit", FilterSettings::default().shape.fingerprint_bits()),
@@ -331,6 +330,17 @@ pub struct AttachArgs {
 /// default.
 fn stored(what: &str, default: String) -> String {
     format!("{what} [stored; default {default}]")
+}
+
+/// Parses `--capacity`: a number of keys, or `auto`.
+fn capacity_choice(text: &str) -> Result<CapacityChoice, String> {
+    match text {
+        "auto" => Ok(CapacityChoice::Auto),
+        keys => keys
+            .parse()
+            .map(CapacityChoice::Keys)
+            .map_err(|_| format!("'{keys}' is neither a number of keys nor 'auto'")),
+    }
 }
 
 /// Parses a fingerprint width into its filter shape, and offers the
@@ -507,9 +517,10 @@ pub struct MalformedArgs {
 
 #[derive(Debug, Args)]
 pub struct ResizeArgs {
-    /// Filter keys the new filter is sized for.
-    #[arg(long, value_name = "N", required = true)]
-    pub capacity: u64,
+    /// Keys the new filter is sized for, fixed from then on; or `auto`:
+    /// sized for the store, growing and shrinking with it.
+    #[arg(long, value_name = "N|auto", required = true, value_parser = capacity_choice)]
+    pub capacity: CapacityChoice,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ use ipnet::IpNet;
 
 use cfctl::agent::{self, status::AgentStatus};
 use cfctl::control::device::{DeviceDelete, DeviceImport};
+use cfctl::control::sizing::{Sizing, HIGH_WATERMARK, LOW_WATERMARK};
 use cfctl::control::{
     AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Status, TableSummary, VerifyReport, PREFILTER_BYTES,
@@ -312,6 +313,7 @@ pub fn status(full: &FullStatus) {
         println!("next expiry  {}", utc(next));
     }
     agent(full);
+    sizing(status);
     match &status.filter {
         None => println!(
             "filter       {}-bit fingerprints, sized for {} keys (built at attach)",
@@ -344,6 +346,32 @@ pub fn status(full: &FullStatus) {
                 status.ipv6_packet_fpr.unwrap_or(0.0)
             );
         }
+    }
+}
+
+/// The status line of the filter's sizing, and of its last resize.
+fn sizing(status: &Status) {
+    match status.sizing {
+        Sizing::Auto => println!(
+            "sizing       automatic, now for {} keys (grows above {:.0}% of slots, shrinks below \
+             {:.0}%)",
+            thousands(status.capacity),
+            HIGH_WATERMARK * 100.0,
+            LOW_WATERMARK * 100.0
+        ),
+        Sizing::Fixed => println!(
+            "sizing       fixed at {} keys (`cfctl resize --capacity auto` lets it size itself)",
+            thousands(status.capacity)
+        ),
+    }
+    if let Some(resized) = &status.last_resize {
+        println!(
+            "last resize  {}: {} to {} keys, {}",
+            utc(resized.at),
+            thousands(resized.from),
+            thousands(resized.to),
+            resized.reason
+        );
     }
 }
 

@@ -1,0 +1,116 @@
+//! Resizes: `cfctl resize`, and those of a filter that sizes itself
+//! ([`super::sizing`] has the rules), each one gap-free rebuild
+//! ([`Control::install_resized`]) recorded with its reason.
+
+use super::error::{ControlError, Result};
+use super::report::{FilterUpdate, TableSummary};
+use super::sizing::{
+    auto_capacity, load, new_capacity, CapacityChoice, Resized, Sizing, HIGH_WATERMARK,
+    LOW_WATERMARK,
+};
+use super::{Control, FilterSettings};
+use crate::plan::KeyPlan;
+use crate::store::ListKind;
+use crate::time::unix_seconds;
+
+/// Sets the capacity of `settings` as `choice` says; `keys` is what the
+/// filter will hold, for a filter that sizes itself.
+pub(super) fn choose_capacity(settings: &mut FilterSettings, choice: CapacityChoice, keys: usize) {
+    match choice {
+        CapacityChoice::Keys(capacity) => {
+            settings.sizing = Sizing::Fixed;
+            settings.capacity = capacity;
+        }
+        CapacityChoice::Auto => {
+            settings.sizing = Sizing::Auto;
+            settings.capacity = auto_capacity(keys);
+        }
+    }
+}
+
+impl Control {
+    /// Whether the stored settings let the filter size itself.
+    pub(super) fn sizes_itself(&self) -> Result<bool> {
+        Ok(self.settings()?.sizing == Sizing::Auto)
+    }
+
+    /// After a change that reached the filter as `update`: grows or
+    /// shrinks a filter that sizes itself whose load left the watermarks;
+    /// what it did, if anything. A rebuilt table says how many keys it
+    /// holds. After keys written into the live table, the stored entries
+    /// are a lower bound of its keys (a CIDR may take several), which
+    /// costs nothing to read; the keys are counted (a plan of the whole
+    /// list) only when that bound is past a watermark.
+    pub(super) fn follow_the_load(&mut self, update: FilterUpdate) -> Result<Option<Resized>> {
+        let settings = self.settings()?;
+        if settings.sizing != Sizing::Auto {
+            return Ok(None);
+        }
+        let keys = match update {
+            FilterUpdate::Rebuilt { keys } => keys,
+            FilterUpdate::Incremental { .. } => {
+                let entries = self.store.entry_count(ListKind::Blocklist)?;
+                let entries = usize::try_from(entries).unwrap_or(usize::MAX);
+                let bound = load(entries, settings.capacity, settings.shape);
+                if (LOW_WATERMARK..=HIGH_WATERMARK).contains(&bound) {
+                    return Ok(None);
+                }
+                let nets = self.store.nets(ListKind::Blocklist)?;
+                KeyPlan::build(nets, settings.plan_limits)?.key_count()
+            }
+            _ => return Ok(None),
+        };
+        let Some((capacity, reason)) = new_capacity(keys, settings.capacity, settings.shape) else {
+            return Ok(None);
+        };
+        self.resize_to(capacity, Sizing::Auto, &reason).map(Some)
+    }
+
+    /// Grows a filter that sizes itself so that `wanted` keys fit, before
+    /// a change that did not fit is applied again.
+    pub(super) fn grow_for(&mut self, wanted: usize) -> Result<Resized> {
+        let reason = format!("a change needed {wanted} keys, more than the filter held");
+        self.resize_to(auto_capacity(wanted), Sizing::Auto, &reason)
+    }
+
+    /// `cfctl resize`: the filter rebuilt for `choice` (a fixed capacity,
+    /// or sized for the store and following it from then on).
+    pub fn resize(&mut self, choice: CapacityChoice) -> Result<TableSummary> {
+        let (capacity, sizing) = match choice {
+            CapacityChoice::Auto => {
+                let limits = self.settings()?.plan_limits;
+                let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, limits)?;
+                (auto_capacity(plan.key_count()), Sizing::Auto)
+            }
+            CapacityChoice::Keys(capacity) => (capacity, Sizing::Fixed),
+        };
+        self.resize_to(capacity, sizing, "cfctl resize")?;
+        let mut live = self
+            .live_for_update()?
+            .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
+        Ok(live.summary()?)
+    }
+
+    /// Rebuilds the attached filter for `to` keys (see
+    /// [`Control::install_resized`]) and records it, with `reason`.
+    fn resize_to(&mut self, to: u64, sizing: Sizing, reason: &str) -> Result<Resized> {
+        let from = self.settings()?.capacity;
+        self.install_resized(to)?;
+        let mut settings = self.settings()?;
+        let resized = Resized {
+            at: unix_seconds(std::time::SystemTime::now()),
+            from,
+            to,
+            reason: reason.to_owned(),
+        };
+        settings.sizing = sizing;
+        settings.last_resize = Some(resized.clone());
+        self.save_settings(&settings)?;
+        if sizing == Sizing::Auto {
+            (self.notice)(&format!(
+                "the filter resized itself from {from} to {to} keys: {reason}"
+            ));
+        }
+        Ok(resized)
+    }
+}

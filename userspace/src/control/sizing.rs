@@ -1,0 +1,130 @@
+//! A filter that sizes itself, and its rules (the resizes themselves are
+//! `Control`'s, in `control/resize.rs`).
+//!
+//! Attached without `--capacity` (or with `--capacity auto`), a filter is
+//! sized for what the store holds, at most [`TARGET_LOAD`] full, and
+//! follows the store:
+//!
+//! * a change that does not fit grows the filter first, and is then
+//!   applied;
+//! * a change that leaves the load above [`HIGH_WATERMARK`] grows it, and
+//!   one that leaves it below [`LOW_WATERMARK`] shrinks it (not below
+//!   [`MIN_AUTO_CAPACITY`]), each time back to about [`TARGET_LOAD`]. A
+//!   rebuilt table knows its keys; after keys written one by one, the
+//!   stored entries (a lower bound of the keys: a CIDR may take several)
+//!   say whether to count the keys at all.
+//!
+//! After a resize the load is between a quarter and a half (tables have a
+//! power-of-two number of buckets), far from both watermarks, so the size
+//! never flaps. Every resize is the gap-free rebuild of `cfctl resize`: a
+//! new program filled from the store takes over every link, and the old
+//! one holds every entry until it does.
+//!
+//! `--capacity N` fixes the size: a fixed filter that fills refuses the
+//! change, whole, with an error naming `cfctl resize`. Growth stops where
+//! `check_capacity` does (a table that fits this machine's memory three
+//! times over); there a change is refused whole too, and nothing listed is
+//! lost. The firmware's filter keeps the static size it is compiled with.
+
+use serde::{Deserialize, Serialize};
+
+use crate::FilterShape;
+
+/// Above this share of its slots in use after a change, a filter that
+/// sizes itself grows.
+pub const HIGH_WATERMARK: f64 = 0.85;
+/// Below this share of its slots in use after a change, a filter that
+/// sizes itself shrinks (not below [`MIN_AUTO_CAPACITY`]).
+pub const LOW_WATERMARK: f64 = 0.1;
+/// The share of its slots a filter is sized to use, at most.
+pub const TARGET_LOAD: f64 = 0.5;
+/// The smallest capacity a filter that sizes itself takes: 4,096 keys, a
+/// 16 KiB table of 16-bit fingerprints, which stays in the cache.
+pub const MIN_AUTO_CAPACITY: u64 = 4096;
+
+/// Whether the filter sizes itself or keeps the capacity it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sizing {
+    /// Sized for the store and following it.
+    Auto,
+    /// The capacity given with `--capacity N`.
+    Fixed,
+}
+
+impl Sizing {
+    /// The sizing of settings stored before filters sized themselves: the
+    /// capacity they hold was chosen, so it stays.
+    pub(super) fn stored_before_auto() -> Self {
+        Sizing::Fixed
+    }
+}
+
+/// A capacity asked for on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacityChoice {
+    /// `auto`: the filter sizes itself.
+    Auto,
+    /// This many keys, fixed.
+    Keys(u64),
+}
+
+/// The last time the filter changed size, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resized {
+    /// When, in Unix seconds.
+    pub at: u64,
+    /// The capacity before, in keys.
+    pub from: u64,
+    /// The capacity after, in keys.
+    pub to: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// The capacity a filter that sizes itself takes for `keys` keys: enough
+/// for them at [`TARGET_LOAD`], at least [`MIN_AUTO_CAPACITY`].
+pub fn auto_capacity(keys: usize) -> u64 {
+    let wanted = (keys as f64 / TARGET_LOAD).ceil() as u64;
+    wanted.max(MIN_AUTO_CAPACITY)
+}
+
+/// Buckets and slots of the table sized for `capacity` keys of `shape`.
+fn table_of(capacity: u64, shape: FilterShape) -> Option<(usize, usize)> {
+    let capacity = usize::try_from(capacity).ok()?;
+    let buckets = filter_core::sizing::cuckoo_buckets(capacity, shape.slots())?;
+    Some((buckets, buckets.saturating_mul(shape.slots())))
+}
+
+/// The share of its slots `keys` keys take in a table sized for
+/// `capacity` keys of `shape`.
+pub fn load(keys: usize, capacity: u64, shape: FilterShape) -> f64 {
+    table_of(capacity, shape).map_or(1.0, |(_, slots)| keys as f64 / slots.max(1) as f64)
+}
+
+/// What a filter sized for `capacity` keys of `shape` that sizes itself
+/// and holds `keys` keys should become, and why; `None` while its load is
+/// between the watermarks.
+pub fn new_capacity(keys: usize, capacity: u64, shape: FilterShape) -> Option<(u64, String)> {
+    let load = load(keys, capacity, shape);
+    let wanted = auto_capacity(keys);
+    let percent = |share: f64| share * 100.0;
+    if load > HIGH_WATERMARK {
+        let reason = format!(
+            "{:.0}% of its slots in use, above the high watermark of {:.0}%",
+            percent(load),
+            percent(HIGH_WATERMARK)
+        );
+        return Some((wanted, reason));
+    }
+    let buckets = |capacity| table_of(capacity, shape).map(|(buckets, _)| buckets);
+    let fewer_buckets = buckets(wanted) < buckets(capacity);
+    (load < LOW_WATERMARK && fewer_buckets).then(|| {
+        let reason = format!(
+            "{:.1}% of its slots in use, below the low watermark of {:.0}%",
+            percent(load),
+            percent(LOW_WATERMARK)
+        );
+        (wanted, reason)
+    })
+}

@@ -1,0 +1,132 @@
+//! A filter that sizes itself, in the real kernel: attached without
+//! `--capacity`, it takes a list three times its first size in one import
+//! (growing first) and shrinks when the list does, while
+//! BPF_PROG_TEST_RUN probes a permanent entry on the program attached at
+//! each moment: no miss. A fixed capacity still refuses what does not fit
+//! and names `cfctl resize`, and `resize --capacity auto` lets it size
+//! itself. Needs root and iproute2.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cfctl::control::sizing::MIN_AUTO_CAPACITY;
+use cfctl::xdp::test_run::XdpAction;
+use common::cli::Cfctl;
+use common::netns::TestNetwork;
+
+/// A list of `count` addresses from 198.19.0.0 up, written to `dir`.
+fn list_of(dir: &std::path::Path, count: u32) -> std::path::PathBuf {
+    let base = u32::from(Ipv4Addr::new(198, 19, 0, 0));
+    let list: String = (0..count)
+        .map(|index| format!("{}\n", Ipv4Addr::from(base + index)))
+        .collect();
+    let file = dir.join("list.txt");
+    std::fs::write(&file, list).expect("writing the list");
+    file
+}
+
+#[test]
+fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
+    common::require_root();
+    let network = TestNetwork::new(169);
+    let cfctl = Cfctl::new("sizing");
+    cfctl.ok(&["attach", &network.host_link, "--mode", "skb"]);
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["sizing"], "auto", "{status}");
+    assert_eq!(status["capacity"], MIN_AUTO_CAPACITY);
+    let permanent: IpAddr = Ipv4Addr::new(198, 18, 169, 3).into();
+    cfctl.ok(&["add", &permanent.to_string()]);
+    let dir = tempfile::tempdir().expect("a directory for the lists");
+    let entries = 3 * u32::try_from(MIN_AUTO_CAPACITY).expect("a small capacity");
+
+    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                match cfctl.verdict_now(permanent) {
+                    Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
+                    Some(_) => misses.fetch_add(1, Ordering::SeqCst),
+                    None => 0,
+                };
+            }
+        });
+
+        // Three times the first capacity in one import: the filter grows
+        // first, then takes it.
+        let list = list_of(dir.path(), entries);
+        let list = list.to_str().expect("a UTF-8 path");
+        let report = cfctl.json(&["import", list]);
+        assert_eq!(report["added"], entries, "{report}");
+        let grown = report["resized"]["to"].as_u64().unwrap_or_default();
+        assert!(grown >= 2 * u64::from(entries), "{report}");
+        let status = cfctl.json(&["status"]);
+        assert_eq!(status["capacity"], grown);
+        let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("needed"), "{status}");
+        cfctl.ok(&["verify"]);
+        let verdict = cfctl.pinned_verdict();
+        for index in [0, entries / 2, entries - 1] {
+            let address = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + index);
+            assert_eq!(verdict(address.into()), XdpAction::Drop, "{address}");
+        }
+
+        // The list shrinks to ten entries: so does the filter.
+        list_of(dir.path(), 10);
+        let report = cfctl.json(&["import", "--replace", list]);
+        assert_eq!(report["resized"]["to"], MIN_AUTO_CAPACITY, "{report}");
+        let status = cfctl.json(&["status"]);
+        assert_eq!(status["capacity"], MIN_AUTO_CAPACITY);
+        let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("below the low watermark"), "{status}");
+        assert!(cfctl.ok(&["status"]).contains("sizing       automatic"));
+        cfctl.ok(&["verify"]);
+        stop.store(true, Ordering::SeqCst);
+    });
+    assert_eq!(
+        misses.load(Ordering::SeqCst),
+        0,
+        "the permanent entry passed"
+    );
+    assert!(probes.load(Ordering::SeqCst) > 0, "the prober never ran");
+    let covering = |address: &str| cfctl.check(address)["covering"].as_array().map(Vec::len);
+    assert_eq!(covering("198.19.0.9"), Some(1));
+    assert_eq!(covering("198.19.0.10"), Some(0));
+}
+
+#[test]
+fn a_fixed_capacity_refuses_what_does_not_fit_until_it_may_size_itself() {
+    common::require_root();
+    let network = TestNetwork::new(170);
+    let cfctl = Cfctl::new("sizing-fixed");
+    cfctl.ok(&[
+        "attach",
+        &network.host_link,
+        "--mode",
+        "skb",
+        "--capacity",
+        "100",
+    ]);
+    assert_eq!(cfctl.json(&["status"])["sizing"], "fixed");
+    assert!(cfctl
+        .ok(&["status"])
+        .contains("sizing       fixed at 100 keys"));
+    let dir = tempfile::tempdir().expect("a directory for the lists");
+    let list = list_of(dir.path(), 1000);
+    let list = list.to_str().expect("a UTF-8 path");
+    let line = cfctl.fails(&["import", list]);
+    assert!(line.contains("cfctl resize --capacity"), "{line}");
+    assert_eq!(cfctl.json(&["status"])["entries"], 0);
+
+    cfctl.ok(&["resize", "--capacity", "auto"]);
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["sizing"], "auto", "{status}");
+    assert_eq!(status["capacity"], MIN_AUTO_CAPACITY);
+    cfctl.ok(&["import", list]);
+    cfctl.ok(&["verify"]);
+    assert_eq!(cfctl.json(&["status"])["entries"], 1000);
+    let line = cfctl.fails(&["attach", &network.host_link, "--capacity", "100"]);
+    assert!(line.contains("cfctl resize --capacity N|auto"), "{line}");
+}
