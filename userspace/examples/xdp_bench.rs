@@ -40,6 +40,7 @@ use aya::maps::{HashMap, LpmTrie, Map, MapData};
 use aya::programs::{loaded_programs, Xdp, XdpMode};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfLoader};
+use cfctl::control::sizing::auto_capacity;
 use cfctl::plan::{KeyPlan, PlanLimits};
 use cfctl::xdp::mapped::MappedValue;
 use cfctl::xdp::test_run::{run_xdp, TestRun, XdpAction};
@@ -502,7 +503,8 @@ struct Row {
     diverse: Option<DiverseCost>,
 }
 
-/// The filter of `plan` with its prefilter as the loader configures it
+/// The filter of `plan`, sized as an attach without `--capacity` sizes
+/// it, with its prefilter as the loader configures it
 /// (also under diverse traffic), then with every prefilter bit set.
 fn bench_filter(
     plan: &KeyPlan,
@@ -510,8 +512,10 @@ fn bench_filter(
     traffic: Option<&DiverseTraffic>,
 ) -> BenchResult<[Row; 2]> {
     let keys = plan.key_count();
-    let options =
-        LoadOptions::for_capacity(FilterShape::Fingerprint16, keys).ok_or("filter too large")?;
+    // Sized as `cfctl attach` sizes a filter without `--capacity`.
+    let capacity = usize::try_from(auto_capacity(keys))?;
+    let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
+        .ok_or("filter too large")?;
     let mut blocklist = FilterProgram::load(&options)?;
     let start = Instant::now();
     blocklist.live().install(plan)?;
