@@ -4,7 +4,7 @@
 //! BPF_PROG_TEST_RUN probes a permanent entry on the program attached at
 //! each moment: no miss. A fixed capacity still refuses what does not fit
 //! and names `cfctl resize`, and `resize --capacity auto` lets it size
-//! itself. Needs root and iproute2.
+//! itself; `--max-memory` stops the growth. Needs root and iproute2.
 
 mod common;
 
@@ -97,7 +97,7 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
 }
 
 #[test]
-fn a_fixed_capacity_refuses_what_does_not_fit_until_it_may_size_itself() {
+fn a_fixed_capacity_or_a_memory_ceiling_refuses_what_does_not_fit() {
     common::require_root();
     let network = TestNetwork::new(170);
     let cfctl = Cfctl::new("sizing-fixed");
@@ -129,4 +129,20 @@ fn a_fixed_capacity_refuses_what_does_not_fit_until_it_may_size_itself() {
     assert_eq!(cfctl.json(&["status"])["entries"], 1000);
     let line = cfctl.fails(&["attach", &network.host_link, "--capacity", "100"]);
     assert!(line.contains("cfctl resize --capacity N|auto"), "{line}");
+
+    // A ceiling on the table's memory stops the growth: a change that
+    // would need more is refused whole.
+    cfctl.ok(&["attach", &network.host_link, "--max-memory", "64KiB"]);
+    assert_eq!(cfctl.json(&["status"])["max_memory"], 65536);
+    let more_dir = tempfile::tempdir().expect("a directory for the lists");
+    let more = list_of(more_dir.path(), 20_000);
+    let more = more.to_str().expect("a UTF-8 path");
+    let line = cfctl.fails(&["import", more]);
+    assert!(line.contains("more than --max-memory 64.0 KiB"), "{line}");
+    assert_eq!(cfctl.json(&["status"])["entries"], 1000);
+    cfctl.ok(&["verify"]);
+    cfctl.ok(&["attach", &network.host_link, "--max-memory", "none"]);
+    cfctl.ok(&["import", more]);
+    assert_eq!(cfctl.json(&["status"])["entries"], 20_000);
+    cfctl.ok(&["verify"]);
 }

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 use aya::maps::MapData;
 
-use super::capacity::{check_capacity, WayOut};
+use super::capacity::{check_capacity, check_ceiling, WayOut};
 use super::error::{ControlError, Result};
 use super::report::{AttachReport, Attachment, DetachReport};
 use super::resize::choose_capacity;
-use super::sizing::{CapacityChoice, Sizing};
+use super::sizing::{CapacityChoice, MemoryCeiling, Sizing};
 use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
@@ -60,7 +60,8 @@ impl Control {
                 }
                 None => {}
             }
-            check_capacity(settings.capacity, settings.shape)
+            check_capacity(settings.capacity, settings.shape)?;
+            check_ceiling(settings.capacity, settings.shape, settings.max_memory)
         };
         // (Opening the live filter repairs an interrupted update first, so
         // its leftovers are not taken for a list.)
@@ -244,6 +245,7 @@ impl Control {
             .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
         check_capacity(capacity, old.shape())?;
         let mut settings = self.settings()?;
+        check_ceiling(capacity, old.shape(), settings.max_memory)?;
         settings.capacity = capacity;
         settings.shape = old.shape();
         settings.seed = old.seed();
@@ -328,6 +330,11 @@ fn apply_options(settings: &mut FilterSettings, options: AttachOptions) {
     }
     if let Some(malformed) = options.malformed {
         settings.malformed = malformed;
+    }
+    match options.max_memory {
+        Some(MemoryCeiling::Bytes(bytes)) => settings.max_memory = Some(bytes),
+        Some(MemoryCeiling::Unbounded) => settings.max_memory = None,
+        None => {}
     }
 }
 

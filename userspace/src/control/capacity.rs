@@ -70,6 +70,23 @@ pub fn check_capacity(capacity: u64, shape: FilterShape) -> Result<()> {
     Ok(())
 }
 
+/// Checks that a table for `capacity` keys of `shape` stays within
+/// `max_memory` bytes, if there is a ceiling (`--max-memory`).
+pub fn check_ceiling(capacity: u64, shape: FilterShape, max_memory: Option<u64>) -> Result<()> {
+    let (Some(ceiling), Some(needed)) = (max_memory, table_bytes(capacity, shape)) else {
+        return Ok(());
+    };
+    let needed = u64::try_from(needed).unwrap_or(u64::MAX);
+    if needed <= ceiling {
+        return Ok(());
+    }
+    Err(ControlError::OverMemoryCeiling {
+        capacity,
+        needed: bytesize::ByteSize(needed),
+        ceiling: bytesize::ByteSize(ceiling),
+    })
+}
+
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
 fn available_memory() -> Option<usize> {
     let meminfo = fs::read_to_string("/proc/meminfo").ok()?;

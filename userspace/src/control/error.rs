@@ -124,6 +124,19 @@ pub enum ControlError {
     /// An invalid setting.
     #[error("{0}")]
     InvalidSetting(String),
+    /// A filter table larger than `--max-memory` allows.
+    #[error(
+        "a filter for {capacity} keys takes {needed}, more than --max-memory {ceiling} allows; \
+         nothing changed (`cfctl attach IFACE --max-memory SIZE` raises the ceiling, `none` lifts it)"
+    )]
+    OverMemoryCeiling {
+        /// The keys the filter would be sized for.
+        capacity: u64,
+        /// Its table's size.
+        needed: bytesize::ByteSize,
+        /// The ceiling.
+        ceiling: bytesize::ByteSize,
+    },
     /// An entry for every address of a family, without `--force`.
     #[error(
         "{net} covers every {family} address; add --force if that is what you mean",

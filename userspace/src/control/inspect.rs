@@ -166,6 +166,7 @@ impl Control {
             capacity: settings.capacity,
             sizing: settings.sizing,
             last_resize: settings.last_resize.clone(),
+            max_memory: settings.max_memory,
             fingerprint_bits: settings.shape.fingerprint_bits(),
             entries: self.store.entry_count(ListKind::Blocklist)?,
             allowlist_entries: self.store.entry_count(ListKind::Allowlist)?,

@@ -53,7 +53,7 @@ pub use diff::BULK_ENTRIES;
 pub use error::{ControlError, Result};
 pub use inspect::{live_summary, read_counters};
 pub use report::*;
-pub use sizing::{CapacityChoice, Sizing};
+pub use sizing::{CapacityChoice, MemoryCeiling, Sizing};
 pub use update::{Change, NoProgress, Progress};
 
 pub use crate::store::ListKind;
@@ -111,6 +111,8 @@ pub struct AttachOptions {
     pub policy: Option<Policy>,
     /// Drop or pass malformed frames.
     pub malformed: Option<MalformedAction>,
+    /// The most bytes the filter's table may take.
+    pub max_memory: Option<MemoryCeiling>,
 }
 
 /// How a command uses the store.

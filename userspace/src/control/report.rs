@@ -207,6 +207,8 @@ pub struct Status {
     pub sizing: Sizing,
     /// Its last change of size.
     pub last_resize: Option<Resized>,
+    /// The most bytes its table may take, if there is a ceiling.
+    pub max_memory: Option<u64>,
     /// Fingerprint width.
     pub fingerprint_bits: u32,
     /// Blocklist entries.

@@ -28,6 +28,9 @@ pub struct FilterSettings {
     pub sizing: Sizing,
     /// The filter's last change of size, and why.
     pub last_resize: Option<Resized>,
+    /// The most bytes the filter's table may take (`--max-memory`); none:
+    /// as much as the machine's memory allows.
+    pub max_memory: Option<u64>,
     /// Fingerprint width and slots per bucket (stored as the width: 8, 16
     /// or 32).
     #[serde(rename = "fingerprint_bits", with = "shape_bits")]
@@ -74,6 +77,7 @@ impl Default for FilterSettings {
             capacity: MIN_AUTO_CAPACITY,
             sizing: Sizing::Auto,
             last_resize: None,
+            max_memory: None,
             shape: FilterShape::Fingerprint16,
             seed: 0,
             match_address: MatchAddress::Source,

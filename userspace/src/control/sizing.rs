@@ -21,7 +21,8 @@
 //! one holds every entry until it does.
 //!
 //! `--capacity N` fixes the size: a fixed filter that fills refuses the
-//! change, whole, with an error naming `cfctl resize`. Growth stops where
+//! change, whole, with an error naming `cfctl resize`. Growth stops at
+//! `--max-memory` (a ceiling on the table's bytes), and in any case where
 //! `check_capacity` does (a table that fits this machine's memory three
 //! times over); there a change is refused whole too, and nothing listed is
 //! lost. The firmware's filter keeps the static size it is compiled with.
@@ -58,6 +59,15 @@ impl Sizing {
     pub(super) fn stored_before_auto() -> Self {
         Sizing::Fixed
     }
+}
+
+/// A ceiling on the filter table's memory asked for on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryCeiling {
+    /// `none`: as much as the machine's memory allows.
+    Unbounded,
+    /// At most this many bytes.
+    Bytes(u64),
 }
 
 /// A capacity asked for on the command line.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cfctl::control::{AttachMode, CapacityChoice};
+use cfctl::control::{AttachMode, CapacityChoice, MemoryCeiling};
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
 use cfctl::sources::cli::SOURCE as CLI_SOURCE;
@@ -299,6 +299,11 @@ pub struct AttachArgs {
     /// store, growing and shrinking with it [stored; default auto]
     #[arg(long, value_name = "N|auto", value_parser = capacity_choice)]
     pub capacity: Option<CapacityChoice>,
+    /// The most memory the filter's table may take (`64MiB`, `1GiB`), or
+    /// `none`: a filter that sizes itself grows no further, a larger
+    /// capacity is refused [stored; default none]
+    #[arg(long, value_name = "SIZE|none", value_parser = memory_ceiling)]
+    pub max_memory: Option<MemoryCeiling>,
     #[arg(long, value_name = "P", conflicts_with = "fingerprint_bits", help = stored(
         "Target false-positive rate per probe; picks the narrowest fingerprint that reaches it",
         format!("{}-bit", FilterSettings::default().shape.fingerprint_bits()),
@@ -330,6 +335,17 @@ pub struct AttachArgs {
 /// default.
 fn stored(what: &str, default: String) -> String {
     format!("{what} [stored; default {default}]")
+}
+
+/// Parses `--max-memory`: a size, or `none`.
+fn memory_ceiling(text: &str) -> Result<MemoryCeiling, String> {
+    match text {
+        "none" => Ok(MemoryCeiling::Unbounded),
+        size => size
+            .parse::<bytesize::ByteSize>()
+            .map(|size| MemoryCeiling::Bytes(size.as_u64()))
+            .map_err(|_| format!("'{size}' is neither a size (such as 64MiB) nor 'none'")),
+    }
 }
 
 /// Parses `--capacity`: a number of keys, or `auto`.

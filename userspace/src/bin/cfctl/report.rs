@@ -364,6 +364,12 @@ fn sizing(status: &Status) {
             thousands(status.capacity)
         ),
     }
+    if let Some(ceiling) = status.max_memory {
+        println!(
+            "max memory   {} for the filter table (--max-memory)",
+            bytesize::ByteSize(ceiling).display().iec()
+        );
+    }
     if let Some(resized) = &status.last_resize {
         println!(
             "last resize  {}: {} to {} keys, {}",

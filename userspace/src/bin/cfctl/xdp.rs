@@ -157,6 +157,7 @@ fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> a
         match_address: args.match_address,
         policy: args.policy,
         malformed: args.malformed,
+        max_memory: args.max_memory,
     };
     let report = control.attach(&args.interfaces, args.mode, options)?;
     print(global, &report, report::attach)
