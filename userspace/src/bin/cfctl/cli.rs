@@ -187,8 +187,10 @@ pub enum Command {
     Verify,
     /// Rebuild the filter with another capacity and swap it in with no gap.
     ///
-    /// A new program with the larger filter replaces the old one on every
-    /// link atomically, and counts on from the old program's counters.
+    /// A new program with the resized filter replaces the old one on every
+    /// link atomically, and counts on from the old program's counters. A
+    /// filter that sizes itself (`--capacity auto`, the default) resizes
+    /// itself the same way when a change needs it.
     Resize(ResizeArgs),
     /// Save a device's filter to its flash (devices only).
     Save,
