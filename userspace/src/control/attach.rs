@@ -173,7 +173,7 @@ impl Control {
     /// allowlist, moves every pinned link to it, and pins it in place of
     /// the old one; it counts into `counters` if given (see
     /// [`FilterProgram::load_counting_into`]).
-    fn install_program(
+    pub(super) fn install_program(
         &self,
         settings: &FilterSettings,
         plan: &KeyPlan,
@@ -230,31 +230,6 @@ impl Control {
         live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
         live.set_store_id(settings.store_id);
         Ok(blocklist)
-    }
-
-    /// Loads a program whose filter holds `capacity` keys, fills it from the
-    /// store, and swaps it in on every link atomically (each link switches
-    /// from the old program to the new one; both hold every entry), then
-    /// pins it in place of the old one and stores the capacity. The new
-    /// program counts into the old one's counter map, so the counts go on.
-    /// [`Control::resize`] and a filter that sizes itself
-    /// ([`super::sizing`]) resize through here.
-    pub(super) fn install_resized(&mut self, capacity: u64) -> Result<()> {
-        let old = self
-            .live_for_update()?
-            .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
-        check_capacity(capacity, old.shape())?;
-        let mut settings = self.settings()?;
-        check_ceiling(capacity, old.shape(), settings.max_memory)?;
-        settings.capacity = capacity;
-        settings.shape = old.shape();
-        settings.seed = old.seed();
-        settings.mode = old.mode();
-        settings.malformed = old.malformed_action();
-        let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
-        let counters = old.maps().counters_map()?;
-        self.install_program(&settings, &plan, Some(counters))?;
-        self.save_settings(&settings)
     }
 
     /// Switches between enforce and monitor mode (live and stored).

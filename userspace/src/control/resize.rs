@@ -1,7 +1,8 @@
 //! Resizes: `cfctl resize`, and those of a filter that sizes itself
-//! ([`super::sizing`] has the rules), each one gap-free rebuild
-//! ([`Control::install_resized`]) recorded with its reason.
+//! ([`super::sizing`] has the rules), each one gap-free rebuild recorded
+//! with its reason.
 
+use super::capacity::{check_capacity, check_ceiling};
 use super::error::{ControlError, Result};
 use super::report::{FilterUpdate, TableSummary};
 use super::sizing::{
@@ -91,12 +92,29 @@ impl Control {
         Ok(live.summary()?)
     }
 
-    /// Rebuilds the attached filter for `to` keys (see
-    /// [`Control::install_resized`]) and records it, with `reason`.
+    /// Rebuilds the attached filter for `to` keys and records it, with
+    /// `reason`, in one write of the settings: a program whose filter holds
+    /// `to` keys is loaded, filled from the store, and swapped in on every
+    /// link atomically (each link switches from the old program to the new
+    /// one; both hold every entry), then pinned in place of the old one. The
+    /// new program counts into the old one's counter map, so the counts go
+    /// on.
     fn resize_to(&mut self, to: u64, sizing: Sizing, reason: &str) -> Result<Resized> {
-        let from = self.settings()?.capacity;
-        self.install_resized(to)?;
+        let old = self
+            .live_for_update()?
+            .ok_or_else(|| ControlError::NotAttached(self.pins.path().to_owned()))?;
+        check_capacity(to, old.shape())?;
         let mut settings = self.settings()?;
+        check_ceiling(to, old.shape(), settings.max_memory)?;
+        let from = settings.capacity;
+        settings.capacity = to;
+        settings.shape = old.shape();
+        settings.seed = old.seed();
+        settings.mode = old.mode();
+        settings.malformed = old.malformed_action();
+        let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
+        let counters = old.maps().counters_map()?;
+        self.install_program(&settings, &plan, Some(counters))?;
         let resized = Resized {
             at: unix_seconds(std::time::SystemTime::now()),
             from,
