@@ -692,13 +692,15 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
     );
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
+    assert_eq!(raw_schema(dir.path()), (5, true));
 }
 
 /// The schema version of the store in `dir`, read with redb directly, and
-/// the per-source index tables it still has (schema 2 had them).
-fn raw_schema(dir: &Path) -> (u64, Vec<String>) {
-    use redb::{ReadableDatabase, TableHandle};
+/// whether each list's index by source holds exactly its memberships (the
+/// index of schema 5, built by the migration).
+fn raw_schema(dir: &Path) -> (u64, bool) {
+    use redb::{ReadableDatabase, ReadableTable};
+    type Net = &'static [u8; 18];
     const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
     let db = redb::Database::open(dir.join(Store::FILE_NAME)).unwrap();
     let txn = db.begin_read().unwrap();
@@ -709,17 +711,40 @@ fn raw_schema(dir: &Path) -> (u64, Vec<String>) {
         .unwrap()
         .unwrap()
         .value();
-    let indexes = txn
-        .list_tables()
-        .unwrap()
-        .map(|table| table.name().to_owned())
-        .filter(|name| name.ends_with("_by_source"))
-        .collect();
-    (version, indexes)
+    let indexed = ["blocklist", "allowlist"].iter().all(|list| {
+        let (members, index) = (format!("{list}_members"), format!("{list}_by_source"));
+        let members: redb::TableDefinition<(Net, u32), (Option<&str>, u64, u64)> =
+            redb::TableDefinition::new(&members);
+        let index: redb::TableDefinition<(u32, Net), ()> = redb::TableDefinition::new(&index);
+        let (Ok(members), Ok(index)) = (txn.open_table(members), txn.open_table(index)) else {
+            return false;
+        };
+        let mut from_members: Vec<(u32, [u8; 18])> = members
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (key, _) = row.unwrap();
+                let (net, source) = key.value();
+                (source, *net)
+            })
+            .collect();
+        from_members.sort_unstable();
+        let from_index: Vec<(u32, [u8; 18])> = index
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (key, _) = row.unwrap();
+                let (source, net) = key.value();
+                (source, *net)
+            })
+            .collect();
+        from_members == from_index
+    });
+    (version, indexed)
 }
 
 #[test]
-fn a_schema_2_store_loses_its_source_index_and_keeps_every_membership() {
+fn a_schema_2_store_has_its_source_index_rebuilt_and_keeps_every_membership() {
     // A store written by the previous cfctl: memberships, expiries and
     // counts as now, and beside them an index (source, network) per list.
     type Net = [u8; 18];
@@ -875,7 +900,7 @@ fn a_schema_2_store_loses_its_source_index_and_keeps_every_membership() {
         ["198.18.0.0/24", "198.18.1.0/24", "198.18.3.0/24"]
     );
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
+    assert_eq!(raw_schema(dir.path()), (5, true));
 }
 
 /// A store the previous release wrote (schema 3: `cfctl add` with a
@@ -893,7 +918,7 @@ fn a_store_of_the_previous_release_is_migrated_with_its_states() {
     std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
     assert_eq!(raw_schema(dir.path()).0, 3);
     drop(Store::open(dir.path()).unwrap());
-    assert_eq!(raw_schema(dir.path()), (4, Vec::<String>::new()));
+    assert_eq!(raw_schema(dir.path()), (5, true));
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(
         listed(&store),
@@ -950,4 +975,83 @@ fn a_store_of_the_previous_release_is_migrated_with_its_states() {
     // Opened again, it is as it was.
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(listed(&store).len(), 4);
+}
+
+/// A store the current release wrote before the index by source (schema
+/// 4: `cfctl add` with a comment and with a timeout, `import` of a file
+/// that shares a network with a feed, `allow add`, `mode monitor`, and
+/// `agent --once` with a file feed and an unreachable CrowdSec LAPI)
+/// opens as schema 5: every entry kept, the index built from the
+/// memberships, and a refresh of one source among many others read
+/// through it.
+#[test]
+fn a_store_of_the_current_release_is_migrated_to_the_index_by_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v4.redb");
+    std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
+    assert_eq!(raw_schema(dir.path()), (4, false));
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(raw_schema(dir.path()), (5, true));
+    let store = Store::open(dir.path()).unwrap();
+    let feed = ["198.18.0.1/32", "198.18.9.0/24", "2001:db8:200::/48"];
+    assert_eq!(
+        listed(&store),
+        [
+            "198.18.0.1/32",
+            "198.18.9.0/24",
+            "198.18.77.0/24",
+            "198.18.200.0/24",
+            "2001:db8:200::/48"
+        ]
+    );
+    let of_feed = |store: &Store| -> Vec<String> {
+        store
+            .entries(ListKind::Blocklist, Some("feed:local"))
+            .unwrap()
+            .iter()
+            .map(|entry| entry.net.to_string())
+            .collect()
+    };
+    assert_eq!(of_feed(&store), feed);
+    let kept = store
+        .entry(ListKind::Blocklist, &net("198.18.0.1/32"))
+        .unwrap()
+        .unwrap();
+    let sources: Vec<&str> = kept
+        .sources
+        .iter()
+        .map(|member| member.source.as_str())
+        .collect();
+    assert_eq!(sources, ["cli", "feed:local"]);
+    assert_eq!(kept.sources[0].comment.as_deref(), Some("kept"));
+    assert!(store.next_expiry().unwrap().is_some());
+    assert_eq!(store.entry_count(ListKind::Allowlist).unwrap(), 1);
+    let settings: FilterSettings = store.state("filter", "filter").unwrap().unwrap();
+    assert_eq!(settings.mode, Mode::Monitor);
+
+    // Beside many other entries, the feed is a small source: its listing
+    // and its refresh read the index, and see what the fixture stored.
+    let others: Vec<String> = (0..200).map(|n| format!("198.19.{n}.0/24")).collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Blocklist, "file:others", &cli(&others))
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(of_feed(&store), feed);
+    let mut txn = store.begin().unwrap();
+    let report = txn
+        .replace(
+            ListKind::Blocklist,
+            "feed:local",
+            cli(&["198.18.0.1/32", "198.18.10.0/24"]),
+        )
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.kept, 1);
+    assert_eq!(report.added, [net("198.18.10.0/24")]);
+    assert_eq!(report.still_listed, [net("198.18.9.0/24")]);
+    assert_eq!(report.removed, [net("2001:db8:200::/48")]);
+    assert_eq!(of_feed(&store), ["198.18.0.1/32", "198.18.10.0/24"]);
+    drop(store);
+    assert_eq!(raw_schema(dir.path()), (5, true));
 }

@@ -1,10 +1,12 @@
 //! The store against an exact model, with property tests: random adds,
 //! replaces and deletes by three sources, with comments and expiries, on a
 //! store that a fourth source fills first. Small adds take the store's
-//! lookup paths and large ones its ordered pass over the whole list; every
-//! replace, and every read of one source's entries, reads the whole list
-//! and keeps that source's rows. All must give the model's reports and
-//! contents after every change.
+//! lookup paths and large ones its ordered pass over the whole list; a
+//! replace, and a read of one source's entries, take that source's
+//! networks from the index by source while it lists fewer than a
+//! sixteenth of the list, and read the whole list once it lists more (the
+//! base list is sized so that the sources cross that line). All must give
+//! the model's reports and contents after every change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;

@@ -4,17 +4,18 @@
 //! index beside version 3's memberships; version 3 kept the filter
 //! settings and the agent's records in a `settings` table and the feeds'
 //! states in a `feeds` table, which version 4 holds in its one `state`
-//! table.
+//! table; version 4 had no index by source, which version 5 builds from
+//! the memberships.
 
 use std::collections::HashMap;
 
 use redb::ReadableTable;
 
-use super::schema::{v1, v2, v3, ALL_SOURCES, COUNTS, SOURCES, STATE};
+use super::schema::{v1, v2, v3, NetBytes, ALL_SOURCES, COUNTS, SOURCES, STATE};
 use super::{InStore, ListKind, Store, StoreError};
 
 impl Store {
-    /// Brings a store of schema version `found` (1 to 3) to the current
+    /// Brings a store of schema version `found` (1 to 4) to the current
     /// one, one version after another, in `txn`.
     pub(super) fn migrate(
         &self,
@@ -27,7 +28,10 @@ impl Store {
         if found == 2 {
             self.migrate_from_v2(txn)?;
         }
-        self.migrate_from_v3(txn)
+        if found <= 3 {
+            self.migrate_from_v3(txn)?;
+        }
+        self.migrate_from_v4(txn)
     }
 
     /// Moves the entries of a schema 1 store (one source per network; a
@@ -119,6 +123,28 @@ impl Store {
             state
                 .insert((namespace.as_str(), key.as_str()), json.as_str())
                 .in_store(self)?;
+        }
+        Ok(())
+    }
+
+    /// Builds each list's index by source from its memberships, written in
+    /// the index's order (ordered writes touch each page once).
+    fn migrate_from_v4(&self, txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+        for list in ListKind::ALL {
+            let tables = list.tables();
+            let mut rows: Vec<(u32, NetBytes)> = Vec::new();
+            {
+                let members = txn.open_table(tables.members).in_store(self)?;
+                for row in members.iter().in_store(self)? {
+                    let (&net, source) = row.in_store(self)?.0.value();
+                    rows.push((source, net));
+                }
+            }
+            rows.sort_unstable();
+            let mut by_source = txn.open_table(tables.by_source).in_store(self)?;
+            for (source, net) in &rows {
+                by_source.insert((*source, net), ()).in_store(self)?;
+            }
         }
         Ok(())
     }

@@ -38,6 +38,7 @@
 //! | `meta` | `"schema_version"` | `u64` |
 //! | `blocklist_members` | (network, source id) | (comment, added: Unix s, expires: Unix ms or 0) |
 //! | `blocklist_expiry` | (expires: Unix ms, source id, network) | `()`: memberships by expiry |
+//! | `blocklist_by_source` | (source id, network) | `()`: memberships by source |
 //! | `allowlist_*` | the same for the allowlist | |
 //! | `counts` | (list code, source id or `u32::MAX`) | memberships of a source, or networks of the list |
 //! | `sources` | source id `u32` | source name |
@@ -54,13 +55,12 @@
 //!
 //! A network key is the family (4 or 6), the 16-byte address (IPv4 in the
 //! first 4 bytes) and the prefix length, so memberships iterate IPv4 first,
-//! in address order, the sources of a network together. There is no index
-//! by source: what one source lists is read from the memberships in one
-//! ordered pass, keeping that source's rows (a refresh reads the whole
-//! list anyway, and an index would double the rows every change writes).
-//! A replace reads less when the source's networks are known otherwise:
-//! none when its count is zero, or all of them in the expiry index when
-//! each one expires.
+//! in address order, the sources of a network together. The index by
+//! source holds the same rows in (source, network) order, so what one
+//! source lists is one range of it: a source's refresh
+//! ([`StoreTransaction::replace`]) and a listing of one source read that
+//! source's networks and the memberships of those networks only, whatever
+//! the other sources list.
 //! Source names are stored once and referred to by id. States are JSON
 //! with defaults for missing fields, so new fields can be added without a
 //! schema change. A store of an earlier schema version is migrated when it
@@ -333,6 +333,7 @@ impl Store {
                 let tables = list.tables();
                 txn.open_table(tables.members).in_store(self)?;
                 txn.open_table(tables.expiry).in_store(self)?;
+                txn.open_table(tables.by_source).in_store(self)?;
             }
             txn.open_table(COUNTS).in_store(self)?;
             txn.open_table(SOURCES).in_store(self)?;

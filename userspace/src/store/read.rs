@@ -7,18 +7,22 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use ipnet::IpNet;
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::schema::{
-    decode_expiry, decode_net, encode_net, memberships_of, MemberKey, MemberValue, NetBytes,
-    ALL_SOURCES, COUNTS, SOURCES,
+    decode_expiry, decode_net, encode_net, memberships_of, networks_of, MemberKey, MemberValue,
+    NetBytes, ALL_SOURCES, COUNTS, SOURCES,
 };
+use super::writer::ROWS_PER_LOOKUP;
 use super::{Entry, InStore, ListKind, Membership, Store, StoreError};
 use crate::time::from_unix_seconds;
 
 impl Store {
     /// Every entry of `list` (only those `source` lists, if given), IPv4
-    /// first, in address order.
+    /// first, in address order. A source that lists few of the list's
+    /// networks ([`ROWS_PER_LOOKUP`]) has them read from the index by
+    /// source, each with its memberships; otherwise the list is read in one
+    /// ordered pass that keeps the source's entries.
     pub fn entries(&self, list: ListKind, source: Option<&str>) -> Result<Vec<Entry>, StoreError> {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
@@ -31,6 +35,23 @@ impl Store {
                 },
             };
             let members = txn.open_table(list.tables().members).in_store(self)?;
+            if let Some(id) = wanted {
+                let count = txn
+                    .open_table(COUNTS)
+                    .in_store(self)?
+                    .get((list.code(), id))
+                    .in_store(self)?
+                    .map_or(0, |count| count.value());
+                if count.saturating_mul(ROWS_PER_LOOKUP) < members.len().in_store(self)? {
+                    let by_source = txn.open_table(list.tables().by_source).in_store(self)?;
+                    let mut entries = Vec::new();
+                    for row in by_source.range(networks_of(id)).in_store(self)? {
+                        let (_, &net) = row.in_store(self)?.0.value();
+                        entries.extend(self.entry_in(&members, &net, &names)?);
+                    }
+                    return Ok(entries);
+                }
+            }
             let mut entries: Vec<Entry> = Vec::new();
             for row in members.iter().in_store(self)? {
                 let (key, value) = row.in_store(self)?;
@@ -49,6 +70,30 @@ impl Store {
             }
             Ok(entries)
         })
+    }
+
+    /// The entry of network `net` in `members`, if listed.
+    fn entry_in(
+        &self,
+        members: &impl ReadableTable<MemberKey, MemberValue>,
+        net: &NetBytes,
+        names: &HashMap<u32, String>,
+    ) -> Result<Option<Entry>, StoreError> {
+        let mut found: Option<Entry> = None;
+        for row in members.range(memberships_of(net)).in_store(self)? {
+            let (key, value) = row.in_store(self)?;
+            let (net, membership) = self.decode_member(key.value(), value.value(), names)?;
+            match &mut found {
+                Some(entry) => entry.sources.push(membership),
+                None => {
+                    found = Some(Entry {
+                        net,
+                        sources: vec![membership],
+                    })
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// The networks of every entry of `list`, IPv4 first, in address order.
@@ -106,15 +151,7 @@ impl Store {
             let txn = self.db.begin_read().in_store(self)?;
             let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
             let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut sources = Vec::new();
-            for row in members
-                .range(memberships_of(&encode_net(net)))
-                .in_store(self)?
-            {
-                let (key, value) = row.in_store(self)?;
-                sources.push(self.decode_member(key.value(), value.value(), &names)?.1);
-            }
-            Ok((!sources.is_empty()).then_some(Entry { net: *net, sources }))
+            self.entry_in(&members, &encode_net(net), &names)
         })
     }
 

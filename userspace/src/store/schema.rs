@@ -11,7 +11,7 @@ use redb::TableDefinition;
 use crate::time::{from_unix_millis, unix_millis};
 
 /// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 4;
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
 /// first 4), prefix length.
@@ -29,6 +29,8 @@ pub(super) type MemberKey = (NetKey, u32);
 pub(super) type MemberValue = (Option<&'static str>, u64, u64);
 /// The expiry index's key: expiry (Unix milliseconds), source id, network.
 pub(super) type ExpiryKey = (u64, u32, NetKey);
+/// The source index's key: source id, network.
+pub(super) type SourceKey = (u32, NetKey);
 /// A count's key: the list's code and a source id, or [`ALL_SOURCES`] for
 /// the list's networks.
 pub(super) type CountKey = (u8, u32);
@@ -59,7 +61,8 @@ pub(super) mod v1 {
 
 /// The tables schema version 2 kept beside version 3's: each list's
 /// per-source index, (source id, network) -> (), deleted when a store is
-/// migrated (the membership table holds the same rows in network order).
+/// migrated to version 3 (version 5's index of the same name and layout is
+/// built afresh from the memberships).
 pub(super) mod v2 {
     use redb::TableDefinition;
 
@@ -94,12 +97,14 @@ pub enum ListKind {
     Allowlist,
 }
 
-/// The two tables of one list.
+/// The three tables of one list.
 pub(super) struct ListTables {
     /// (network, source) -> membership.
     pub members: TableDefinition<'static, MemberKey, MemberValue>,
     /// (expiry, source, network) -> (): memberships by expiry.
     pub expiry: TableDefinition<'static, ExpiryKey, ()>,
+    /// (source, network) -> (): memberships by source.
+    pub by_source: TableDefinition<'static, SourceKey, ()>,
 }
 
 impl ListKind {
@@ -127,10 +132,12 @@ impl ListKind {
             ListKind::Blocklist => ListTables {
                 members: TableDefinition::new("blocklist_members"),
                 expiry: TableDefinition::new("blocklist_expiry"),
+                by_source: TableDefinition::new("blocklist_by_source"),
             },
             ListKind::Allowlist => ListTables {
                 members: TableDefinition::new("allowlist_members"),
                 expiry: TableDefinition::new("allowlist_expiry"),
+                by_source: TableDefinition::new("allowlist_by_source"),
             },
         }
     }
@@ -178,4 +185,13 @@ pub(super) fn decode_net(bytes: &NetBytes) -> Option<IpNet> {
 /// `(net, u32::MAX)`.
 pub(super) fn memberships_of(net: &NetBytes) -> std::ops::RangeInclusive<(&NetBytes, u32)> {
     (net, 0)..=(net, u32::MAX)
+}
+
+/// The lowest and the highest network key.
+const NO_NET: NetBytes = [0; 18];
+const LAST_NET: NetBytes = [u8::MAX; 18];
+
+/// The source index's keys of every network `source` lists.
+pub(super) fn networks_of(source: u32) -> std::ops::RangeInclusive<SourceKey> {
+    (source, &NO_NET)..=(source, &LAST_NET)
 }

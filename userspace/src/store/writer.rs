@@ -4,8 +4,8 @@
 //! to the list as a whole says what the filter must change.
 
 use super::schema::{
-    encode_expiry, encode_net, memberships_of, CountKey, ExpiryKey, MemberKey, MemberValue,
-    NetBytes, ALL_SOURCES, COUNTS,
+    encode_expiry, encode_net, memberships_of, networks_of, CountKey, ExpiryKey, MemberKey,
+    MemberValue, NetBytes, SourceKey, ALL_SOURCES, COUNTS,
 };
 use super::{ListKind, NewEntry, ReplaceReport, StoreError};
 use ipnet::IpNet;
@@ -133,16 +133,16 @@ impl<'e, 'a> Steps<'e, 'a> {
     /// entry if the next one lists it.
     pub(super) fn take_through(
         &mut self,
-        entries: &mut std::iter::Peekable<std::slice::Iter<'_, (NetBytes, &'e NewEntry<'a>)>>,
+        entries: &mut std::iter::Peekable<std::slice::Iter<'e, (NetBytes, NewEntry<'a>)>>,
         net: NetBytes,
         held: Held,
     ) {
         while let Some((before, entry)) = entries.next_if(|(next, _)| *next < net) {
-            self.take(*before, Some(*entry), Held::default());
+            self.take(*before, Some(entry), Held::default());
         }
         let entry = entries
             .next_if(|(next, _)| *next == net)
-            .map(|(_, entry)| *entry);
+            .map(|(_, entry)| entry);
         self.take(net, entry, held);
     }
 }
@@ -177,23 +177,21 @@ impl Steps<'_, '_> {
 /// range read (lookup) of a network: wanting fewer networks than a
 /// `ROWS_PER_LOOKUP`th of the list, read each on its own; more, read the
 /// list in one pass. The adds here and the update path (which looks up or
-/// reads the entries around a change) choose by it; a replacement has to
-/// read the whole list whatever its size, unless its source's networks are
-/// known otherwise (see `ListWriter::replacement`).
+/// reads the entries around a change) choose by it, and so does a
+/// replacement (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
-/// `entries` keyed by their stored form, in order, the first of any
-/// repeats kept (ordered writes touch each page of a table once), and how
-/// many repeats there were.
-pub(super) fn in_order<'e, 'a>(
+/// Copies of `entries` keyed by their stored form, in order, the first of
+/// any repeats kept (ordered writes touch each page of a table once), and
+/// how many repeats there were. Copies, not references: the writes then
+/// read the entries in order, where references to entries given in another
+/// order would miss the cache on every one of a large list.
+pub(super) fn in_order<'e, 'a: 'e>(
     entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
-) -> (Vec<(NetBytes, &'e NewEntry<'a>)>, usize)
-where
-    'a: 'e,
-{
-    let mut entries: Vec<(NetBytes, &NewEntry<'a>)> = entries
+) -> (Vec<(NetBytes, NewEntry<'a>)>, usize) {
+    let mut entries: Vec<(NetBytes, NewEntry<'a>)> = entries
         .into_iter()
-        .map(|entry| (encode_net(&entry.net), entry))
+        .map(|entry| (encode_net(&entry.net), *entry))
         .collect();
     let given = entries.len();
     entries.sort_by_key(|(net, _)| *net);
@@ -208,6 +206,7 @@ pub(super) struct ListWriter<'t> {
     pub(super) list: ListKind,
     pub(super) members: Table<'t, MemberKey, MemberValue>,
     pub(super) expiry: Table<'t, ExpiryKey, ()>,
+    pub(super) by_source: Table<'t, SourceKey, ()>,
     pub(super) counts: Table<'t, CountKey, u64>,
     pub(super) deltas: HashMap<u32, i64>,
     pub(super) now: u64,
@@ -224,6 +223,7 @@ impl<'t> ListWriter<'t> {
             list,
             members: txn.open_table(tables.members)?,
             expiry: txn.open_table(tables.expiry)?,
+            by_source: txn.open_table(tables.by_source)?,
             counts: txn.open_table(COUNTS)?,
             deltas: HashMap::new(),
             now,
@@ -248,8 +248,7 @@ impl<'t> ListWriter<'t> {
 
     /// Whether `wanted` networks are read faster in one ordered pass over
     /// the list than one by one ([`ROWS_PER_LOOKUP`]).
-    pub(super) fn one_pass_for(&self, wanted: usize) -> Result<bool, redb::Error> {
-        let wanted = u64::try_from(wanted).unwrap_or(u64::MAX);
+    pub(super) fn one_pass_for(&self, wanted: u64) -> Result<bool, redb::Error> {
         Ok(wanted.saturating_mul(ROWS_PER_LOOKUP) >= self.members.len()?)
     }
 
@@ -265,7 +264,7 @@ impl<'t> ListWriter<'t> {
         let (Some(&first), Some(&last)) = (nets.first(), nets.last()) else {
             return Ok(Vec::new());
         };
-        if !self.one_pass_for(nets.len())? {
+        if !self.one_pass_for(u64::try_from(nets.len()).unwrap_or(u64::MAX))? {
             return nets.iter().map(|&net| self.held(source, net)).collect();
         }
         let mut held: Vec<Held> = nets.iter().map(|_| Held::default()).collect();
@@ -285,30 +284,25 @@ impl<'t> ListWriter<'t> {
 
     /// What making `entries` (sorted, distinct) all that `source` lists
     /// takes: a [`Step`] for each entry the source does not list as given
-    /// and for each network it lists that `entries` lack, in order. The
-    /// source's networks are known only by reading every membership (there
-    /// is no index by source), so a replacement is one ordered pass over
-    /// the whole list, which also tells what the list holds of each entry:
-    /// no lookups. Unless the source's networks are known otherwise, and
-    /// few: none when its count is zero (a feed's first refresh), or all of
-    /// them from the expiry index when every one expires (a Local API's
-    /// decisions) and that index is small beside the list. Then only those
-    /// networks and the entries' own are read, as an add reads them.
+    /// and for each network it lists that `entries` lack, in order. A
+    /// source that lists few of the list's networks ([`ROWS_PER_LOOKUP`])
+    /// has them read from the index by source, and only those and the
+    /// entries' own are read, as an add reads them. One that lists many is
+    /// replaced in one ordered pass over the whole list, which also tells
+    /// what the list holds of each entry: no lookups.
     pub(super) fn replacement<'e, 'a>(
         &self,
         source: u32,
-        entries: &[(NetBytes, &'e NewEntry<'a>)],
+        entries: &'e [(NetBytes, NewEntry<'a>)],
     ) -> Result<Steps<'e, 'a>, redb::Error> {
         let mut steps = Steps::default();
-        if let Some(mut nets) = self.few_known_nets_of(source, entries.len())? {
+        if let Some(mut nets) = self.few_nets_of(source)? {
             nets.extend(entries.iter().map(|(net, _)| *net));
             nets.sort_unstable();
             nets.dedup();
             let mut new = entries.iter().peekable();
             for (net, held) in nets.iter().zip(self.held_many(source, &nets)?) {
-                let entry = new
-                    .next_if(|(next, _)| next == net)
-                    .map(|(_, entry)| *entry);
+                let entry = new.next_if(|(next, _)| next == net).map(|(_, entry)| entry);
                 steps.take(*net, entry, held);
             }
             return Ok(steps);
@@ -330,7 +324,7 @@ impl<'t> ListWriter<'t> {
         }
         // Entries after the last listed network: the list lacks them.
         for (net, entry) in new {
-            steps.take(*net, Some(*entry), Held::default());
+            steps.take(*net, Some(entry), Held::default());
         }
         Ok(steps)
     }
@@ -367,6 +361,7 @@ impl<'t> ListWriter<'t> {
         }
         self.members
             .insert((&net, source), (comment, self.now, expires))?;
+        self.by_source.insert((source, &net), ())?;
         if expires != 0 {
             self.expiry.insert((expires, source, &net), ())?;
         }
@@ -419,6 +414,7 @@ impl<'t> ListWriter<'t> {
         else {
             return Ok(false);
         };
+        self.by_source.remove((source, &net))?;
         if expires != 0 {
             self.expiry.remove((expires, source, &net))?;
         }
@@ -450,37 +446,19 @@ impl<'t> ListWriter<'t> {
         Ok(moved)
     }
 
-    /// Every network `source` lists, if that is known without reading the
-    /// whole list and reading them (with `entries` more) one by one costs
-    /// less than one pass over it (see [`ROWS_PER_LOOKUP`]): none when its
-    /// count is zero; otherwise from the expiry index, when it is small
-    /// beside the list and holds a row for each of the source's networks
-    /// (every one of them expires).
-    pub(super) fn few_known_nets_of(
-        &self,
-        source: u32,
-        entries: usize,
-    ) -> Result<Option<Vec<NetBytes>>, redb::Error> {
-        let count = self.count_of(source)?;
-        if count == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        let wanted = count.saturating_add(u64::try_from(entries).unwrap_or(u64::MAX));
-        let cost = self
-            .expiry
-            .len()?
-            .saturating_add(wanted.saturating_mul(ROWS_PER_LOOKUP));
-        if cost >= self.members.len()? {
+    /// Every network `source` lists, from the index by source, if reading
+    /// them one by one costs less than one pass over the list (see
+    /// [`ROWS_PER_LOOKUP`]).
+    pub(super) fn few_nets_of(&self, source: u32) -> Result<Option<Vec<NetBytes>>, redb::Error> {
+        if self.one_pass_for(self.count_of(source)?)? {
             return Ok(None);
         }
         let mut nets = Vec::new();
-        for row in self.expiry.iter()? {
-            let (_, member, &net) = row?.0.value();
-            if member == source {
-                nets.push(net);
-            }
+        for row in self.by_source.range(networks_of(source))? {
+            let (_, &net) = row?.0.value();
+            nets.push(net);
         }
-        Ok((u64::try_from(nets.len()).ok() == Some(count)).then_some(nets))
+        Ok(Some(nets))
     }
 
     /// How many networks `source` lists, as last written.
