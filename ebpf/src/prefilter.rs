@@ -21,9 +21,10 @@
 //! `X:(b ^ mix(X))::/32`, exactly one per first group `X`, and real IPv6
 //! lists hold few distinct first groups (RIR allocations: 2001, 2400-240f,
 //! 2600-260f, 2a00-2a0f, ...): userspace finds them by skipping through its
-//! ordered store and reads one /32 per group, bounded work however long
-//! the list is (a hash of all 32 bits, the earlier mapping, scattered a
-//! byte's blocks anywhere and meant reading every IPv6 entry).
+//! ordered store and reads one /32 per group, or every IPv6 entry once
+//! when that is cheaper: bounded work however long the list is (a hash of
+//! all 32 bits would scatter a byte's blocks anywhere, so every IPv6 entry
+//! would have to be read for each change).
 //!
 //! The XOR with `mix(X)` (a Fibonacci hash of the first group) keeps a
 //! key of length 16 to 32, whose blocks are an aligned run of second
