@@ -17,6 +17,14 @@
 //!   only while the benchmark holds them on). A parse-only program gives
 //!   the floor. For 10^6 and 1.6*10^7 addresses and FireHOL level 1.
 //!
+//! * **IPv6 prefilter under diverse traffic** (`-- --ipv6 [DROPV6_FILE]`,
+//!   on its own): the filter of an IPv6 list (default: Spamhaus' IPv6
+//!   DROP list) under [`DIVERSE_SOURCES`] distinct IPv6 sources, half
+//!   inside random entries, half unlisted from RIR-like space (2001::/16,
+//!   2400::/12, 2600::/12, 2800::/12, 2a00::/12, 2c00::/12: a random first
+//!   group, the rest random), with its prefilter as configured and with
+//!   every bit set, beside the parse-only floor.
+//!
 //! The frames carry a destination MAC address that is not the host end's,
 //! so whatever a program passes is dropped by the host's stack unrouted.
 //! Prints markdown tables. Needs root.
@@ -28,7 +36,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::mem::offset_of;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,7 +61,7 @@ use cfxdp::{
 };
 use etherparse::PacketBuilder;
 use filter_core::NetKey;
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -692,6 +700,9 @@ fn harness_floor() -> BenchResult<u32> {
 }
 
 fn main() -> BenchResult<()> {
+    if std::env::args().nth(1).as_deref() == Some("--ipv6") {
+        return bench_ipv6_prefilter();
+    }
     let floor_ns = harness_floor()?;
     println!("Harness floor (baseline program on a non-IP frame: test run + Ethernet parse): {floor_ns} ns/packet\n");
     let netset = std::env::args_os().nth(1).map_or_else(
@@ -849,4 +860,153 @@ fn print_diverse_table(rows: &[(String, DiverseCost, Vec<DiverseSummary>)], hot_
             );
         }
     }
+}
+
+/// A 64-byte UDP frame from the IPv6 `source` to 2001:db8::1 (to a MAC
+/// address no interface here has).
+fn frame_v6(source: Ipv6Addr) -> Vec<u8> {
+    let destination: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv6(source.octets(), destination.octets(), 64)
+        .udp(40000, 4242);
+    let payload = [0u8; 2];
+    let mut frame = Vec::with_capacity(builder.size(payload.len()));
+    builder
+        .write(&mut frame, &payload)
+        .expect("writing to a Vec");
+    frame
+}
+
+/// The IPv6 networks of a list of `CIDR ; comment` lines (`;` and `#`
+/// start comments).
+fn ipv6_list(path: &PathBuf) -> BenchResult<Vec<Ipv6Net>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut nets = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split([';', '#']).next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let net: Ipv6Net = line
+            .parse()
+            .map_err(|error| format!("{}:{}: {error}", path.display(), number + 1))?;
+        nets.push(net.trunc());
+    }
+    Ok(nets)
+}
+
+/// First 16-bit groups of the unlisted IPv6 traffic: RIR-like space.
+fn rir_like_first_group(rng: &mut StdRng) -> u16 {
+    const BASES: [u16; 5] = [0x2400, 0x2600, 0x2800, 0x2a00, 0x2c00];
+    match rng.random_range(0..=BASES.len() * 16) {
+        0 => 0x2001,
+        index => BASES[(index - 1) / 16] + ((index - 1) % 16) as u16,
+    }
+}
+
+/// Probes per packet the plan gives the IPv6 `sources` (the lengths their
+/// blocks' bytes mark).
+fn mean_probes_v6(plan: &KeyPlan, sources: &[Ipv6Addr]) -> f64 {
+    let total: u32 = sources
+        .iter()
+        .map(|&source| plan.prefilter_mask(IpAddr::V6(source)).count_ones())
+        .sum();
+    f64::from(total) / sources.len() as f64
+}
+
+/// The IPv6 prefilter under diverse IPv6 traffic (see the module
+/// documentation).
+fn bench_ipv6_prefilter() -> BenchResult<()> {
+    let path = std::env::args_os().nth(2).map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/blocklists/spamhaus_dropv6.txt")
+        },
+        PathBuf::from,
+    );
+    let nets = ipv6_list(&path)?;
+    let plan = KeyPlan::build(nets.iter().copied().map(IpNet::V6), PlanLimits::default())?;
+    let mut rng = StdRng::seed_from_u64(0x0b0e_5eed);
+    let mut seen = HashSet::new();
+    let mut listed = Vec::new();
+    while listed.len() < DIVERSE_SOURCES / 2 {
+        let net = nets[rng.random_range(0..nets.len())];
+        let host_mask = u128::MAX.checked_shr(net.prefix_len().into()).unwrap_or(0);
+        let address =
+            Ipv6Addr::from(u128::from(net.network()) | (rng.random::<u128>() & host_mask));
+        if seen.insert(address) {
+            listed.push(address);
+        }
+    }
+    let mut unlisted = Vec::new();
+    while unlisted.len() < DIVERSE_SOURCES / 2 {
+        let first = u128::from(rir_like_first_group(&mut rng)) << 112;
+        let address = Ipv6Addr::from(first | (rng.random::<u128>() >> 16));
+        if plan.covering_entries(IpAddr::V6(address)).is_empty() && seen.insert(address) {
+            unlisted.push(address);
+        }
+    }
+    let mut sources: Vec<Ipv6Addr> = listed.iter().chain(&unlisted).copied().collect();
+    sources.shuffle(&mut rng);
+    let link = TrafficLink::new()?;
+    let traffic = DiverseTraffic {
+        link: &link,
+        frames: sources.iter().copied().map(frame_v6).collect(),
+    };
+    let floor = diverse_floor(&traffic)?;
+    let capacity = usize::try_from(auto_capacity(plan.key_count()))?;
+    let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
+        .ok_or("filter too large")?;
+    let mut blocklist = FilterProgram::load(&options)?;
+    blocklist.live().install(&plan)?;
+    let skipped = blocklist.maps_mut().live_profile().prefilter_skipped;
+    let configured = traffic.cost_of_blocklist(&mut blocklist)?;
+    let maps = blocklist.maps_mut();
+    let (profile, table) = (maps.live_profile(), maps.live_table_map()?);
+    maps.install(&table, &profile, &Box::new(Prefilter::FULL))?;
+    let full = traffic.cost_of_blocklist(&mut blocklist)?;
+    let marked = plan
+        .prefilter()
+        .ipv6
+        .iter()
+        .filter(|&&mask| mask != 0)
+        .count();
+    let lengths = plan.lengths().ipv6().to_vec();
+    println!(
+        "{}: {} IPv6 entries, {} keys, lengths {lengths:?}, {marked} of 65536 IPv6 bytes marked, \
+         prefilter_skipped {skipped:#b}",
+        path.display(),
+        nets.len(),
+        plan.key_count()
+    );
+    println!(
+        "probes per packet from the plan: listed {:.2}, unlisted {:.2} (every bit set: {})",
+        mean_probes_v6(&plan, &listed),
+        mean_probes_v6(&plan, &unlisted),
+        lengths.len()
+    );
+    println!(
+        "\nDiverse IPv6 traffic: {DIVERSE_SOURCES} sources (half listed), sent {DIVERSE_PASSES} times\n"
+    );
+    println!("| program | diverse ns | diverse - floor | packets run / sent |");
+    println!("|---|---:|---:|---:|");
+    for (program, cost) in [
+        ("parse-only floor", floor),
+        ("cuckoo filter, prefilter as configured", configured),
+        ("cuckoo filter, every prefilter bit set", full),
+    ] {
+        println!(
+            "| {program} | {:.0} | {:.0} | {} / {} |",
+            cost.ns,
+            cost.ns - floor.ns,
+            cost.packets,
+            cost.sent
+        );
+    }
+    println!(
+        "\nevery bit set / as configured, above the floor: {:.2}",
+        (full.ns - floor.ns) / (configured.ns - floor.ns)
+    );
+    Ok(())
 }

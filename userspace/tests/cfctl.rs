@@ -24,6 +24,7 @@ use cfctl::netlist::{parse_file, ParseOptions};
 use cfctl::store::{ListKind, NewEntry};
 use cfctl::xdp::test_run::{run_xdp, XdpAction};
 use cfctl::xdp::FilterMaps;
+use cfxdp::prefilter::{ipv6_block, ipv6_block_of_byte};
 use common::cli::{attached, expect_one_error_line, Cfctl};
 use common::netns::{check_traffic, TestNetwork, DATAGRAMS, PINGS};
 use common::{udp_frame, Tags};
@@ -372,6 +373,143 @@ fn deletes_clear_the_prefilter_bits_no_entry_needs() {
     assert_eq!(ipv6_bits(), 0);
     assert_eq!(stale_bits(), 0);
     assert!(cfctl.ok(&["check", "198.19.7.7"]).contains("listed"));
+}
+
+/// The live IPv6 prefilter byte of the /32 block whose first 32 address
+/// bits are `block`.
+fn live_ipv6_byte(cfctl: &Cfctl, block: u32) -> u8 {
+    FilterMaps::open_pinned(cfctl.pin_dir())
+        .expect("the pinned maps")
+        .live_prefilter()
+        .ipv6[ipv6_block(block) as usize]
+}
+
+fn stale_prefilter_bits(cfctl: &Cfctl) -> u64 {
+    let verify = cfctl.json(&["verify"]);
+    verify["stale_prefilter_bits"].as_u64().expect("a count")
+}
+
+#[test]
+fn ipv6_bits_are_cleared_exactly_past_a_hundred_thousand_ipv6_entries() {
+    let (_network, cfctl) = attached(171, "v6-many", "250000", "native");
+    // 65,536 /48s in 2001:db8::/32 and ten in each of the 4,096 /32 blocks
+    // of 3fff::/20: 106,496 IPv6 entries in two first groups.
+    let db8 = 0x2001_0db8u32;
+    let block_net = |block: u32, index: u32| {
+        let address = Ipv6Addr::from(u128::from(block) << 96 | u128::from(index) << 80);
+        IpNet::new_assert(IpAddr::V6(address), 48)
+    };
+    let blocks_3fff = (0..0x1000).map(|second| 0x3fff_0000 | second);
+    let mut text = String::new();
+    for index in 0..1 << 16 {
+        text.push_str(&format!("{}\n", block_net(db8, index)));
+    }
+    for block in blocks_3fff.clone() {
+        for index in 0..10 {
+            text.push_str(&format!("{}\n", block_net(block, index)));
+        }
+    }
+    let lists = tempfile::tempdir().expect("a directory for lists");
+    let list = lists.path().join("many-v6.txt");
+    std::fs::write(&list, text).expect("writing the list");
+    cfctl.ok(&["import", "--source", "many", path_arg(&list)]);
+    assert_eq!(entry_count(&cfctl), 106_496);
+    assert_eq!(stale_prefilter_bits(&cfctl), 0);
+
+    // One block's last entries go: its byte (shared with no other listed
+    // block) is cleared, found by reading one /32 per first group.
+    let target = 0x3fff_0123;
+    let byte_users: Vec<u32> = blocks_3fff
+        .clone()
+        .chain([db8])
+        .filter(|&block| ipv6_block(block) == ipv6_block(target))
+        .collect();
+    assert_eq!(byte_users, [target], "a byte of its own");
+    assert_ne!(live_ipv6_byte(&cfctl, target), 0);
+    let mut deleted: Vec<String> = (0..9)
+        .map(|index| block_net(target, index).to_string())
+        .collect();
+    let mut args: Vec<&str> = vec!["del"];
+    args.extend(deleted.iter().map(String::as_str));
+    cfctl.ok(&args);
+    assert_ne!(
+        live_ipv6_byte(&cfctl, target),
+        0,
+        "one entry still marks it"
+    );
+    cfctl.ok(&["del", &block_net(target, 9).to_string()]);
+    assert_eq!(
+        live_ipv6_byte(&cfctl, target),
+        0,
+        "the last entry's bit is cleared"
+    );
+    assert_eq!(stale_prefilter_bits(&cfctl), 0);
+
+    // Emptying 256 blocks at once: too many bytes to look up per first
+    // group, so every IPv6 entry is read once; still exact.
+    let emptied: Vec<u32> = (0x3fff_0200..0x3fff_0300).collect();
+    deleted = emptied
+        .iter()
+        .flat_map(|&block| (0..10).map(move |index| block_net(block, index).to_string()))
+        .collect();
+    let mut args: Vec<&str> = vec!["del"];
+    args.extend(deleted.iter().map(String::as_str));
+    cfctl.ok(&args);
+    assert_eq!(entry_count(&cfctl), 106_496 - 10 - 2_560);
+    assert_eq!(stale_prefilter_bits(&cfctl), 0);
+    let kept = FilterMaps::open_pinned(cfctl.pin_dir())
+        .expect("the pinned maps")
+        .live_prefilter();
+    for block in emptied {
+        if ipv6_block(block) != ipv6_block(db8) {
+            assert_eq!(kept.ipv6[ipv6_block(block) as usize], 0, "{block:#x}");
+        }
+    }
+    let listed = IpAddr::V6(Ipv6Addr::from(u128::from(db8) << 96 | 7));
+    assert_eq!(cfctl.pinned_verdict()(listed), XdpAction::Drop);
+}
+
+#[test]
+fn deleting_one_of_two_ipv6_entries_sharing_a_byte_keeps_its_bit() {
+    let (network, cfctl) = attached(172, "v6-shared", "10000", "native");
+    // 2001:db8:ac::/48 holds the peer's address; an entry of another first
+    // group whose /32 block has the same byte.
+    let kept: IpNet = "2001:db8:ac::/48".parse().expect("a CIDR");
+    let kept_block = 0x2001_0db8;
+    let other_block = ipv6_block_of_byte(0x3fff, ipv6_block(kept_block));
+    assert_eq!(ipv6_block(other_block), ipv6_block(kept_block));
+    let other = IpNet::new_assert(
+        IpAddr::V6(Ipv6Addr::from(u128::from(other_block) << 96)),
+        48,
+    );
+    // 2,048 IPv4 entries beside them make the list long enough that the
+    // one /32 block of the byte in each first group is read, not the whole
+    // list.
+    let lists = tempfile::tempdir().expect("a directory for lists");
+    let filler = lists.path().join("filler.txt");
+    let text: String = (0..2048u32)
+        .map(|host| format!("{}\n", Ipv4Addr::from(0xc613_0000 | host)))
+        .collect();
+    std::fs::write(&filler, text).expect("writing the list");
+    cfctl.ok(&["import", "--source", "filler", path_arg(&filler)]);
+    cfctl.ok(&["add", &kept.to_string(), &other.to_string()]);
+    let marked = live_ipv6_byte(&cfctl, kept_block);
+    assert_ne!(marked, 0);
+    cfctl.ok(&["del", &other.to_string()]);
+    assert_eq!(
+        live_ipv6_byte(&cfctl, kept_block),
+        marked,
+        "{kept} still marks the byte"
+    );
+    assert_eq!(stale_prefilter_bits(&cfctl), 0);
+    let peer = network.v6(2);
+    assert!(kept.contains(&peer));
+    assert_eq!(cfctl.pinned_verdict()(peer), XdpAction::Drop, "{peer}");
+    assert_eq!(cfctl.check(&peer.to_string())["verdict"], "listed");
+    cfctl.ok(&["del", &kept.to_string()]);
+    assert_eq!(live_ipv6_byte(&cfctl, kept_block), 0);
+    assert_eq!(stale_prefilter_bits(&cfctl), 0);
+    assert_eq!(cfctl.pinned_verdict()(peer), XdpAction::Pass, "{peer}");
 }
 
 #[test]

@@ -135,6 +135,41 @@ fn nets_within_a_prefix_are_those_whose_address_lies_inside_it() {
 }
 
 #[test]
+fn prefixes_present_skip_to_each_distinct_prefix() {
+    let (_dir, store) = store_listing(&[
+        "198.18.0.0/15",
+        "2000::/3",
+        "2001:db8::/32",
+        "2001:db8:1::/48",
+        "2001:db9::1/128",
+        "2a00:1::/32",
+        "3fff:fff::/32",
+        "ffff:ffff::/32",
+    ]);
+    let present = |within: &str, len: u8, limit: usize| -> Option<Vec<String>> {
+        store
+            .prefixes_present(ListKind::Blocklist, &net(within), len, limit)
+            .unwrap()
+            .map(|prefixes| prefixes.iter().map(ToString::to_string).collect())
+    };
+    let groups = [
+        "2000::/16",
+        "2001::/16",
+        "2a00::/16",
+        "3fff::/16",
+        "ffff::/16",
+    ];
+    assert_eq!(present("::/0", 16, 5).unwrap(), groups);
+    assert_eq!(present("::/0", 16, 4), None, "more than the limit");
+    assert_eq!(
+        present("2001::/16", 32, 10).unwrap(),
+        ["2001:db8::/32", "2001:db9::/32"]
+    );
+    assert_eq!(present("2002::/16", 32, 10).unwrap(), Vec::<String>::new());
+    assert_eq!(present("0.0.0.0/0", 8, 10).unwrap(), ["198.0.0.0/8"]);
+}
+
+#[test]
 fn entries_keep_source_comment_and_time_and_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let list = parse_bytes(

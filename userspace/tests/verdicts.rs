@@ -2,7 +2,7 @@
 //! counters for hits and misses, VLAN tags and stacks of them, prefix lengths, allowlist,
 //! modes, policies, non-IP, every truncation, and the block prefilter
 //! (unmarked blocks miss, only the lengths marked in a block are probed,
-//! short keys mark every block they span, hashed IPv6 blocks, live bit
+//! short keys mark every block they span, the bytes of IPv6 blocks, live bit
 //! updates from the plan). Needs root.
 
 mod common;
@@ -15,7 +15,7 @@ use cfctl::xdp::test_run::XdpAction::{Drop, Pass};
 use cfctl::xdp::{FilterProgram, FilterTable, LoadOptions, XdpError};
 use cfctl::{Family, FilterShape, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 use cfxdp::packet::MAX_VLAN_TAGS;
-use cfxdp::prefilter::{ipv4_block, ipv6_block, Prefilter, PrefilterBit};
+use cfxdp::prefilter::{ipv4_block, ipv6_block, ipv6_block_of_byte, Prefilter, PrefilterBit};
 use common::{
     blocklist_with, expect_verdict, family_of, net, require_root, udp_frame, Tags, DESTINATION_MAC,
     SOURCE_MAC, TAG_PROTOCOLS, TARGET_V4,
@@ -564,9 +564,9 @@ fn keys_shorter_than_a_block_mark_every_block_they_span() {
         check(&blocklist, v6(inside), Tags::None, true);
     }
     let v6_marked = prefilter.ipv6.iter().filter(|&&mask| mask != 0).count();
-    assert!(
-        v6_marked <= 4,
-        "a /30 marks at most its four hashed blocks, not {v6_marked}"
+    assert_eq!(
+        v6_marked, 4,
+        "a /30 marks the bytes of its four blocks, a run of four"
     );
 }
 
@@ -581,18 +581,27 @@ fn ipv6_keys_of_a_sixteenth_or_shorter_mark_every_bit() {
 }
 
 #[test]
-fn ipv6_blocks_are_hashed_not_truncated() {
-    // 2001:db8::/32 and 2001:db9::/32 differ only in their last bit; the
-    // hash gives them different bits, and the program looks a key up under
-    // its own block's bit, computed as userspace computes it.
+fn ipv6_blocks_map_to_bytes_as_userspace_computes() {
+    // 2001:db8::/32 and 2001:db9::/32 differ only in their last bit: other
+    // bytes. The program looks a key up under its own block's bit,
+    // computed as userspace computes it, and a block of another first
+    // group can share that byte.
     let (first, second) = (v6_bit(0x2001_0db8, 0), v6_bit(0x2001_0db9, 0));
     assert_ne!(first, second);
-    let mut blocklist = blocklist_with(&[net(v6("2001:db8::"), 64), net(v6("2001:db9::"), 64)]);
+    let sharing = ipv6_block_of_byte(0x3fff, second.block);
+    assert_eq!(v6_bit(sharing, 0), second);
+    let sharing_address = Ipv6Addr::from(u128::from(sharing) << 96 | 1);
+    let mut blocklist = blocklist_with(&[
+        net(v6("2001:db8::"), 64),
+        net(v6("2001:db9::"), 64),
+        net(IpAddr::V6(sharing_address), 64),
+    ]);
     let mut only_second = Prefilter::EMPTY;
     only_second.set(second);
     reinstall_with(&mut blocklist, &only_second);
     check(&blocklist, v6("2001:db8::1"), Tags::None, false);
     check(&blocklist, v6("2001:db9::1"), Tags::None, true);
+    check(&blocklist, IpAddr::V6(sharing_address), Tags::None, true);
 }
 
 fn nets(texts: &[&str]) -> Vec<IpNet> {

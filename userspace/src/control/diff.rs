@@ -5,9 +5,9 @@
 //! update path ([`super::update`]) swaps in whole tables instead.
 
 use foldhash::{HashSet, HashSetExt};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use cfxdp::prefilter::PrefilterBit;
+use cfxdp::prefilter::{ipv6_block_of_byte, PrefilterBit};
 use filter_core::AddressFamily;
 use ipnet::{IpNet, Ipv6Net};
 
@@ -27,9 +27,6 @@ pub const BULK_ENTRIES: usize = 50_000;
 pub const BULK_SHARE: usize = 4;
 /// The most networks an exact update looks up one by one.
 const MAX_CANDIDATES: usize = 1 << 20;
-/// Most IPv6 entries read to check whether an IPv6 prefilter bit may be
-/// cleared after a live update.
-const MAX_IPV6_SCAN: usize = 100_000;
 
 /// The exact diff of a blocklist change that adds `added` and removes
 /// `removed` (networks the list gains and loses as a whole) under the live
@@ -55,8 +52,9 @@ pub(super) fn planned_diff(
         Ok(mut diff) => {
             // Should the check fail, the bits stay set, which only costs
             // probes.
-            diff.clear_bits = unmarked_bits(store, &diff.clear_bits, removed, lengths, limits)
-                .unwrap_or_default();
+            diff.clear_bits =
+                unmarked_bits(store, &diff.clear_bits, removed, listed, lengths, limits)
+                    .unwrap_or_default();
             Ok(Some(diff))
         }
         Err(PlanError::RebuildNeeded(_)) => Ok(None),
@@ -98,15 +96,16 @@ fn plan_around(
 /// it, read from the store before the change, without the `removed` ones
 /// (an entry the change adds never marks a candidate: the plan counted
 /// its keys). For an IPv4 bit (one /16 block) those are the entries inside
-/// the block and the prefixes that contain it; IPv6 blocks share bytes by
-/// hash, so for IPv6 bits they are all IPv6 entries, and the bits stay set
-/// when there are more than [`MAX_IPV6_SCAN`] (a stale bit costs one
-/// probe, never a wrong answer). Planned beside the store's writes, so a
-/// large refresh does not wait for these reads after its commit.
+/// the block and the prefixes that contain it; for an IPv6 bit, the same
+/// for the one /32 block of its byte in each first 16-bit group the list
+/// holds ([`ipv6_markers`]). Every bit is checked exactly, at any list
+/// size. Planned beside the store's writes, so a large refresh does not
+/// wait for these reads after its commit.
 fn unmarked_bits(
     store: &Store,
     candidates: &[PrefilterBit],
     removed: &[IpNet],
+    listed: usize,
     lengths: &ActiveLengths,
     limits: PlanLimits,
 ) -> Result<Vec<PrefilterBit>> {
@@ -115,9 +114,9 @@ fn unmarked_bits(
     }
     let mut markers = HashSet::new();
     let mut ipv4_blocks = HashSet::new();
+    let mut ipv6_bytes = HashSet::new();
     // Blocks share their shorter prefixes: each is looked up once.
     let mut containing = HashSet::new();
-    let mut check_ipv6 = false;
     for bit in candidates {
         match bit.family {
             AddressFamily::Ipv4 => {
@@ -128,18 +127,15 @@ fn unmarked_bits(
                     markers.extend(store.nets_within(ListKind::Blocklist, &block)?);
                 }
             }
-            AddressFamily::Ipv6 => check_ipv6 = true,
+            AddressFamily::Ipv6 => {
+                ipv6_bytes.insert(bit.block);
+            }
         }
+    }
+    if !ipv6_bytes.is_empty() {
+        markers.extend(ipv6_markers(store, &ipv6_bytes, listed, &mut containing)?);
     }
     markers.extend(store.existing(ListKind::Blocklist, containing)?);
-    if check_ipv6 {
-        let every_ipv6 = IpNet::V6(Ipv6Net::default());
-        let ipv6 = store.nets_within(ListKind::Blocklist, &every_ipv6)?;
-        check_ipv6 = ipv6.len() <= MAX_IPV6_SCAN;
-        if check_ipv6 {
-            markers.extend(ipv6);
-        }
-    }
     for net in removed {
         markers.remove(net);
     }
@@ -147,7 +143,57 @@ fn unmarked_bits(
     Ok(candidates
         .iter()
         .copied()
-        .filter(|bit| bit.family == AddressFamily::Ipv4 || check_ipv6)
         .filter(|&bit| plan.bit_references(bit) == 0)
         .collect())
+}
+
+/// Range reads and lookups that finding the markers of `bytes` costs per
+/// first group: the group's seek, and per byte the range read of its /32
+/// block and the lookups of the block's prefixes from /16 to /31; the
+/// group's 16 shorter prefixes, which its blocks share.
+fn lookups_per_group(bytes: usize) -> usize {
+    bytes.saturating_mul(1 + 16).saturating_add(1 + 16)
+}
+
+/// The IPv6 entries that can mark a byte of `bytes` (IPv6 prefilter
+/// blocks), with the prefixes that may be entries that contain them added
+/// to `containing`. The blocks of byte `b` are `X:Y::/32` with `Y = b ^
+/// mix(X)` for each first group `X` ([`cfxdp::prefilter::ipv6_block`]),
+/// so the first groups of the list's IPv6 entries, found by skipping
+/// through the ordered store (few in real lists: RIR allocations), give
+/// every block: the entries inside each, and the prefixes containing it.
+/// When those reads would cost more than one ordered pass over the
+/// `listed` entries ([`ROWS_PER_LOOKUP`] rows a lookup), every IPv6 entry
+/// is read once instead: exact either way, and bounded by the cheaper.
+fn ipv6_markers(
+    store: &Store,
+    bytes: &HashSet<u32>,
+    listed: usize,
+    containing: &mut HashSet<IpNet>,
+) -> Result<Vec<IpNet>> {
+    let every_ipv6 = IpNet::V6(Ipv6Net::default());
+    let max_lookups = listed / usize::try_from(ROWS_PER_LOOKUP).unwrap_or(usize::MAX);
+    let max_groups = max_lookups / lookups_per_group(bytes.len());
+    let groups = match max_groups {
+        0 => None,
+        _ => store.prefixes_present(ListKind::Blocklist, &every_ipv6, 16, max_groups)?,
+    };
+    let Some(groups) = groups else {
+        return Ok(store.nets_within(ListKind::Blocklist, &every_ipv6)?);
+    };
+    let mut markers = Vec::new();
+    for group in groups {
+        let IpAddr::V6(first) = group.network() else {
+            continue;
+        };
+        let first_group = first.segments()[0];
+        for &byte in bytes {
+            let block = ipv6_block_of_byte(first_group, byte);
+            let address = IpAddr::V6(Ipv6Addr::from(u128::from(block) << 96));
+            containing.extend(prefixes_of(address, 0..32));
+            markers
+                .extend(store.nets_within(ListKind::Blocklist, &IpNet::new_assert(address, 32))?);
+        }
+    }
+    Ok(markers)
 }

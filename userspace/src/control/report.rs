@@ -166,7 +166,9 @@ pub struct VerifyReport {
     /// Keys the live filter does not hold.
     pub missing_keys: usize,
     /// Prefilter bits set that no key needs: not a problem (each costs the
-    /// packets of its block one probe), cleared by the next rebuild.
+    /// packets of its block one probe), cleared by the next rebuild. Live
+    /// updates clear every bit they unmark, IPv4 and IPv6 alike: only an
+    /// update that failed or was killed part-way leaves any.
     pub stale_prefilter_bits: usize,
     /// Problems found; empty when the filter matches the store.
     pub problems: Vec<String>,

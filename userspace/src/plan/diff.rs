@@ -104,17 +104,10 @@ pub(super) fn marked_lengths(counts: &[u32; MAX_PREFIX_LENGTHS]) -> u8 {
         .fold(0, |mask, (position, _)| mask | 1 << position)
 }
 
-/// Calls `visit` once for every prefilter bit `key` marks.
+/// Calls `visit` once for every prefilter bit `key` marks ([`key_bits`]
+/// yields each once).
 fn for_each_distinct_bit(key: &NetKey, lengths: &[u8], visit: impl FnMut(PrefilterBit)) {
-    let bits = key_bits(key, lengths);
-    if !bits.may_repeat() {
-        bits.for_each(visit);
-        return;
-    }
-    let mut bits: Vec<PrefilterBit> = bits.collect();
-    bits.sort_unstable_by_key(|bit| bit.block);
-    bits.dedup();
-    bits.into_iter().for_each(visit);
+    key_bits(key, lengths).for_each(visit);
 }
 
 /// Removes what is in both lists from both (changes an update made and

@@ -18,8 +18,8 @@ fn lengths() -> ActiveLengths {
 }
 
 /// Entries crowded into a few regions, so that they share blocks: IPv4
-/// from /4 to /32 in 198.0.0.0/8; IPv6 from /12 to /32 (hashed runs of
-/// blocks, every bit at /16 and shorter) and /48, /64 in 2001:db8::/29.
+/// from /4 to /32 in 198.0.0.0/8; IPv6 from /12 to /32 (runs of bytes,
+/// every bit at /16 and shorter) and /48, /64 in 2001:db8::/29.
 fn entry() -> impl Strategy<Value = IpNet> {
     let v4 = (0u32..1 << 24, 4u8..=32).prop_map(|(offset, len)| {
         IpNet::new(IpAddr::V4(Ipv4Addr::from(0xc600_0000 | offset)), len)
@@ -147,14 +147,16 @@ fn short_ipv6_keys_mark_every_bit_once() {
     assert_eq!(diff.set_bits.len(), PREFILTER_BLOCKS);
     // /16 is the seventh active IPv6 length.
     assert!(plan.prefilter().ipv6.iter().all(|&mask| mask == 1 << 6));
-    // A /20 spans 4,096 /32 blocks, hashed to bits that may repeat;
-    // each bit is listed and counted once per key.
+    // A /20 spans 4,096 /32 blocks: an aligned run of 4,096 bytes, each
+    // listed and counted once per key.
     let mut plan = KeyPlan::with_lengths([], lengths(), PlanLimits::default()).unwrap();
     let wide: IpNet = "2001::/20".parse().unwrap();
     let diff = plan.update(&[wide], &[]).unwrap();
     let distinct: HashSet<PrefilterBit> = diff.set_bits.iter().copied().collect();
     assert_eq!(distinct.len(), diff.set_bits.len());
-    assert!(diff.set_bits.len() <= 1 << 12);
+    assert_eq!(diff.set_bits.len(), 1 << 12);
+    let first = diff.set_bits.iter().map(|bit| bit.block).min().unwrap();
+    assert_eq!(first % (1 << 12), 0, "an aligned run");
     assert!(diff
         .set_bits
         .iter()

@@ -4,6 +4,7 @@
 //! transaction, so what it returns is one committed state.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::SystemTime;
 
 use ipnet::IpNet;
@@ -194,6 +195,63 @@ impl Store {
                     .in_store(self)?,
                 |_| true,
             )
+        })
+    }
+
+    /// The distinct `len`-bit prefixes of the addresses of `list`'s
+    /// entries inside `within` (`len` at least its length), in address
+    /// order, or `None` if there are more than `limit`: one seek per prefix
+    /// found, whatever the number of entries each holds (the next seek
+    /// starts past the prefix just found).
+    pub fn prefixes_present(
+        &self,
+        list: ListKind,
+        within: &IpNet,
+        len: u8,
+        limit: usize,
+    ) -> Result<Option<Vec<IpNet>>, StoreError> {
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let members = txn.open_table(list.tables().members).in_store(self)?;
+            let mut first = encode_net(&within.trunc());
+            first[17] = 0;
+            let mut last = encode_net(&IpNet::from(within.broadcast()));
+            last[17] = u8::MAX;
+            let mut prefixes = Vec::new();
+            loop {
+                let net = {
+                    let mut rows = members
+                        .range((&first, 0)..=(&last, u32::MAX))
+                        .in_store(self)?;
+                    match rows.next() {
+                        Some(row) => self.decode_net(row.in_store(self)?.0.value().0)?,
+                        None => break,
+                    }
+                };
+                let prefix_len = len.clamp(within.prefix_len(), net.max_prefix_len());
+                let prefix =
+                    IpNet::new(net.addr(), prefix_len).map_or(net, |prefix| prefix.trunc());
+                if prefixes.len() == limit {
+                    return Ok(None);
+                }
+                prefixes.push(prefix);
+                let next = match prefix.broadcast() {
+                    IpAddr::V4(end) => u32::from(end)
+                        .checked_add(1)
+                        .map(|next| IpAddr::from(Ipv4Addr::from(next))),
+                    IpAddr::V6(end) => u128::from(end)
+                        .checked_add(1)
+                        .map(|next| IpAddr::from(Ipv6Addr::from(next))),
+                };
+                match next {
+                    Some(next) if prefix.broadcast() != within.broadcast() => {
+                        first = encode_net(&IpNet::from(next));
+                        first[17] = 0;
+                    }
+                    _ => break,
+                }
+            }
+            Ok(Some(prefixes))
         })
     }
 
