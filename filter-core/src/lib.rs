@@ -7,6 +7,9 @@
 //!   version that can live in a `static`. Its probes load both candidate
 //!   buckets, then compare them branch-free; [`batch`] looks up many keys
 //!   with their cache misses overlapping.
+//! * [`GrowableCuckooFilter`]: levels of cuckoo filters that grow like
+//!   RedisBloom's (`CF.RESERVE … EXPANSION e`), over storage the caller
+//!   provides per level ([`growable`]).
 //! * [`BloomFilter`] and [`CountingBloomFilter`] (4-bit sticky counters),
 //!   likewise over any word storage, with `Static…` array versions.
 //! * [`KeyedHasher`] and [`NetKey`]: the seeded hash, for any `Hash` item
@@ -17,8 +20,11 @@
 //! * [`snapshot`]: a versioned, CRC-checked byte format, whole or chunked.
 //!
 //! `#![no_std]`, no allocator, no `unsafe`, and no panic reachable from the
-//! public API (enforced by clippy lints). Feature `defmt` adds
-//! `defmt::Format` to every public type.
+//! public API (enforced by clippy lints). Features: `defmt` adds
+//! `defmt::Format` to every public type; `protocol` the serial wire
+//! protocol; `alloc` (still `no_std`, with `extern crate alloc`) the
+//! `Vec`-backed [`growable::VecGrowableCuckooFilter`] that allocates each
+//! new level.
 //!
 //! ```
 //! use filter_core::StaticCuckooFilter;
@@ -36,10 +42,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod batch;
 pub mod bloom;
 pub mod cuckoo;
 pub mod fingerprint;
+pub mod growable;
 pub mod hash;
 pub mod layout;
 pub mod math;
@@ -57,6 +67,12 @@ pub use bloom::{
 };
 pub use cuckoo::{CuckooFilter, InsertError, StaticCuckooFilter, StorageError};
 pub use fingerprint::Fingerprint;
+pub use growable::{
+    ArenaLevels, GrowError, GrowableCuckooFilter, GrowableSnapshotError, LevelStorage,
+    ReserveParams,
+};
+#[cfg(feature = "alloc")]
+pub use growable::{HeapLevels, VecGrowableCuckooFilter};
 pub use hash::{KeyHash, KeyedHasher};
 pub use layout::{BucketStorage, Location};
 pub use netkey::{AddressFamily, NetKey};

@@ -271,7 +271,12 @@ impl SnapshotHeader {
         &self,
         filter: &CuckooFilter<F, S, B>,
     ) -> Result<(), SnapshotError> {
-        let target = Self::of(filter);
+        self.check_dimensions(&Self::of(filter))
+    }
+
+    /// Checks that a snapshot with this header has `target`'s fingerprint
+    /// width, slots per bucket and bucket count.
+    pub(crate) fn check_dimensions(&self, target: &Self) -> Result<(), SnapshotError> {
         let checks = [
             (
                 Parameter::FingerprintBits,
@@ -332,47 +337,64 @@ impl<F: Fingerprint, const S: usize, B: BucketStorage<F, S>> CuckooFilter<F, S, 
     /// Replaces this filter's contents and seed with a whole snapshot. On
     /// any error the filter is left exactly as it was.
     pub fn load_snapshot(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        let received = bytes.len() as u64;
-        let header_bytes: &[u8; HEADER_LEN] = bytes
-            .get(..HEADER_LEN)
-            .and_then(|h| h.try_into().ok())
-            .ok_or(SnapshotError::Truncated {
-                expected: HEADER_LEN as u64,
-                received,
-            })?;
-        let header = SnapshotHeader::decode(header_bytes)?;
-        header.check_fits(self)?;
-        let expected = header.total_len();
-        if received < expected {
-            return Err(SnapshotError::Truncated { expected, received });
-        }
-        if received > expected {
-            return Err(SnapshotError::TooLong { expected });
-        }
-        let (body, trailer) = bytes.split_at(bytes.len() - TRAILER_LEN);
-        let stored = u32::from_le_bytes(
-            trailer
-                .try_into()
-                .map_err(|_| SnapshotError::InvalidHeader)?,
-        );
-        let computed = CRC32.checksum(body);
-        if stored != computed {
-            return Err(SnapshotError::CrcMismatch { stored, computed });
-        }
-        let payload = body.get(HEADER_LEN..).unwrap_or(&[]);
-        let counted = occupied_in::<F>(payload);
-        if counted != header.item_count {
-            return Err(SnapshotError::CountMismatch {
-                header: header.item_count,
-                counted,
-            });
-        }
+        let (header, payload) = parse_snapshot::<F>(bytes, &SnapshotHeader::of(self))?;
+        self.load_payload(payload, header.seed);
+        Ok(())
+    }
+
+    /// Writes a checked payload (see [`parse_snapshot`]) into the table and
+    /// adopts `seed`.
+    pub(crate) fn load_payload(&mut self, payload: &[u8], seed: u64) {
         for (index, slot) in payload.chunks_exact(F::BYTES).enumerate() {
             self.set_global_slot(index, F::read_le(slot).unwrap_or(F::EMPTY));
         }
-        self.finish_load(header.seed);
-        Ok(())
+        self.finish_load(seed);
     }
+}
+
+/// Checks a whole snapshot for a table of `target`'s dimensions (header,
+/// parameters, length, CRC, item count) without writing anything; returns
+/// its header and its payload.
+pub(crate) fn parse_snapshot<'a, F: Fingerprint>(
+    bytes: &'a [u8],
+    target: &SnapshotHeader,
+) -> Result<(SnapshotHeader, &'a [u8]), SnapshotError> {
+    let received = bytes.len() as u64;
+    let header_bytes: &[u8; HEADER_LEN] = bytes
+        .get(..HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(SnapshotError::Truncated {
+        expected: HEADER_LEN as u64,
+        received,
+    })?;
+    let header = SnapshotHeader::decode(header_bytes)?;
+    header.check_dimensions(target)?;
+    let expected = header.total_len();
+    if received < expected {
+        return Err(SnapshotError::Truncated { expected, received });
+    }
+    if received > expected {
+        return Err(SnapshotError::TooLong { expected });
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - TRAILER_LEN);
+    let stored = u32::from_le_bytes(
+        trailer
+            .try_into()
+            .map_err(|_| SnapshotError::InvalidHeader)?,
+    );
+    let computed = CRC32.checksum(body);
+    if stored != computed {
+        return Err(SnapshotError::CrcMismatch { stored, computed });
+    }
+    let payload = body.get(HEADER_LEN..).unwrap_or(&[]);
+    let counted = occupied_in::<F>(payload);
+    if counted != header.item_count {
+        return Err(SnapshotError::CountMismatch {
+            header: header.item_count,
+            counted,
+        });
+    }
+    Ok((header, payload))
 }
 
 /// Produces a filter's snapshot in chunks of any size.
