@@ -614,6 +614,16 @@ fn metrics_are_served_and_parse() {
         assert!(value >= at_least, "{name} = {value}");
     }
     assert!(sample(&samples, "cfctl_agent_start_time_seconds").is_some());
+    // Attached with --capacity 1000: a fixed size, never resized.
+    for (name, value) in [
+        ("cfctl_filter_capacity_keys", 1000.0),
+        ("cfctl_filter_sizes_itself", 0.0),
+        ("cfctl_filter_high_watermark_ratio", 0.85),
+        ("cfctl_filter_low_watermark_ratio", 0.1),
+        ("cfctl_filter_last_resize_timestamp_seconds", 0.0),
+    ] {
+        assert_eq!(sample(&samples, name), Some(value), "{name}");
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aya::programs::Xdp;
@@ -242,26 +242,23 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
         .iter()
         .map(|address| udp_frame(address.parse().expect("an address"), Tags::None))
         .collect();
-    let stop = AtomicBool::new(false);
     let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
     let mut control = Control::open(cfctl.pin_dir(), cfctl.state_dir(), StoreUse::Existing)
         .expect("opening the control plane");
     let mut rng = StdRng::seed_from_u64(0x4a33e7);
     let mut present: Vec<IpNet> = Vec::new();
     let mut operations = 0u64;
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let fd = program.fd().expect("the program's fd");
-            while !stop.load(Ordering::Relaxed) {
-                for frame in &frames {
-                    let run = run_xdp(fd.as_fd(), frame, 1).expect("BPF_PROG_TEST_RUN");
-                    probes.fetch_add(1, Ordering::Relaxed);
-                    if run.action != XdpAction::Drop {
-                        misses.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+    let fd = program.fd().expect("the program's fd");
+    let probe = || {
+        for frame in &frames {
+            let run = run_xdp(fd.as_fd(), frame, 1).expect("BPF_PROG_TEST_RUN");
+            probes.fetch_add(1, Ordering::Relaxed);
+            if run.action != XdpAction::Drop {
+                misses.fetch_add(1, Ordering::Relaxed);
             }
-        });
+        }
+    };
+    common::while_probing(probe, || {
         while operations < OPERATIONS {
             // Keep about a thousand other entries: add a batch, delete one.
             let mut batch = HashSet::new();
@@ -306,7 +303,6 @@ fn hammer_of_live_updates_never_hides_a_listed_address() {
                 .expect("deleting a batch");
             operations += (BATCH + deleting) as u64;
         }
-        stop.store(true, Ordering::Relaxed);
     });
     let (probes, misses) = (probes.into_inner(), misses.into_inner());
     assert!(probes >= 1000, "only {probes} probes ran");

@@ -1,6 +1,7 @@
 //! A filter that sizes itself, in the real kernel: attached without
 //! `--capacity`, it takes a list three times its first size in one import
-//! (growing first) and shrinks when the list does, while
+//! (growing first), shrinks when the list does, and grows when an add
+//! finds it full, while
 //! BPF_PROG_TEST_RUN probes a permanent entry on the program attached at
 //! each moment: no miss. A fixed capacity still refuses what does not fit
 //! and names `cfctl resize`, and `resize --capacity auto` lets it size
@@ -9,7 +10,7 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cfctl::control::sizing::MIN_AUTO_CAPACITY;
 use cfctl::xdp::test_run::XdpAction;
@@ -18,7 +19,13 @@ use common::netns::TestNetwork;
 
 /// A list of `count` addresses from 198.19.0.0 up, written to `dir`.
 fn list_of(dir: &std::path::Path, count: u32) -> std::path::PathBuf {
-    let base = u32::from(Ipv4Addr::new(198, 19, 0, 0));
+    list_from(dir, 0, count)
+}
+
+/// A list of `count` addresses from 198.19.0.0 + `first` up, written to
+/// `dir`.
+fn list_from(dir: &std::path::Path, first: u32, count: u32) -> std::path::PathBuf {
+    let base = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + first;
     let list: String = (0..count)
         .map(|index| format!("{}\n", Ipv4Addr::from(base + index)))
         .collect();
@@ -42,20 +49,16 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
     let entries = 3 * u32::try_from(MIN_AUTO_CAPACITY).expect("a small capacity");
 
     let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !stop.load(Ordering::SeqCst) {
-                match cfctl.verdict_now(permanent) {
-                    Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
-                    Some(_) => misses.fetch_add(1, Ordering::SeqCst),
-                    None => 0,
-                };
-            }
-        });
-
+    let probe = || {
+        match cfctl.verdict_now(permanent) {
+            Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
+            Some(_) => misses.fetch_add(1, Ordering::SeqCst),
+            None => 0,
+        };
+    };
+    common::while_probing(probe, || {
         // Three times the first capacity in one import: the filter grows
-        // first, then takes it.
+        // first, as the import's size says it must, then takes it.
         let list = list_of(dir.path(), entries);
         let list = list.to_str().expect("a UTF-8 path");
         let report = cfctl.json(&["import", list]);
@@ -65,7 +68,7 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
         let status = cfctl.json(&["status"]);
         assert_eq!(status["capacity"], grown);
         let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("needed"), "{status}");
+        assert!(reason.contains("needs at least"), "{status}");
         cfctl.ok(&["verify"]);
         let verdict = cfctl.pinned_verdict();
         for index in [0, entries / 2, entries - 1] {
@@ -83,7 +86,31 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
         assert!(reason.contains("below the low watermark"), "{status}");
         assert!(cfctl.ok(&["status"]).contains("sizing       automatic"));
         cfctl.ok(&["verify"]);
-        stop.store(true, Ordering::SeqCst);
+
+        // Two adds that each fit, together not: the second finds the
+        // filter full, which grows, and then takes it.
+        let slots = cfctl.json(&["status"])["filter"]["slots"]
+            .as_u64()
+            .expect("the filter's slots");
+        let most = u32::try_from(slots * 6 / 10).expect("a small filter");
+        let report = cfctl.json(&[
+            "import",
+            list_from(dir.path(), 20_000, most).to_str().unwrap(),
+        ]);
+        assert!(report["resized"].is_null(), "{report}");
+        let report = cfctl.json(&[
+            "import",
+            list_from(dir.path(), 40_000, most).to_str().unwrap(),
+        ]);
+        assert_eq!(report["added"], most, "{report}");
+        assert!(
+            report["resized"]["to"].as_u64() > Some(MIN_AUTO_CAPACITY),
+            "{report}"
+        );
+        let status = cfctl.json(&["status"]);
+        let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("needed"), "{status}");
+        cfctl.ok(&["verify"]);
     });
     assert_eq!(
         misses.load(Ordering::SeqCst),

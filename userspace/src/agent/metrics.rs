@@ -4,7 +4,7 @@
 //! counters named `_total`, units in the names (`_seconds`, `_ratio`).
 //!
 //! The agent's own numbers (entries per source, the next expiry, its
-//! start) and those of every kind of source ([`crate::sources`]: feed
+//! start, how the filter is sized and its last resize) and those of every kind of source ([`crate::sources`]: feed
 //! refreshes, LAPI pulls, update latency) are kept in metrics its
 //! passes update. A series, once shown, stays until what it counts is gone
 //! from the configuration: a source with no entries shows 0. The data
@@ -23,7 +23,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, Gauge, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::control::{live_summary, read_counters, TableSummary};
+use crate::control::sizing::{Sizing, HIGH_WATERMARK, LOW_WATERMARK};
+use crate::control::{live_summary, read_counters, FilterSettings, TableSummary};
 use crate::store::{ListKind, Store, StoreError};
 use crate::time::unix_seconds_f64;
 use crate::Setting;
@@ -33,6 +34,7 @@ pub struct Metrics {
     registry: Registry,
     entries: IntGaugeVec,
     next_expiry: Gauge,
+    sizing: SizingMetrics,
     /// The (list, source) series of `entries` shown so far.
     shown: Mutex<HashSet<(String, String)>>,
 }
@@ -58,6 +60,7 @@ impl Metrics {
                 "When the next listing expires (0: none does)",
             )),
             shown: Mutex::new(HashSet::new()),
+            sizing: SizingMetrics::new(),
             registry,
         };
         let started = defined(Gauge::new(
@@ -72,6 +75,7 @@ impl Metrics {
         metrics
             .registry
             .register(Box::new(metrics.next_expiry.clone()))?;
+        metrics.sizing.register(&metrics.registry)?;
         metrics
             .registry
             .register(Box::new(DataPlane::new(pin_dir)))?;
@@ -117,6 +121,12 @@ impl Metrics {
         Ok(())
     }
 
+    /// Takes how the filter is sized, and its last resize, from the
+    /// stored `settings`.
+    pub fn observe_settings(&self, settings: &FilterSettings) {
+        self.sizing.observe(settings);
+    }
+
     /// The text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = Vec::new();
@@ -127,6 +137,87 @@ impl Metrics {
             text.clear();
         }
         String::from_utf8(text).unwrap_or_default()
+    }
+}
+
+/// How the filter is sized ([`crate::control::sizing`]), from the stored
+/// settings.
+struct SizingMetrics {
+    capacity: Gauge,
+    auto: Gauge,
+    high_watermark: Gauge,
+    low_watermark: Gauge,
+    last_resize: Gauge,
+    last_resize_info: IntGaugeVec,
+}
+
+impl SizingMetrics {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str| defined(Gauge::new(name, help));
+        Self {
+            capacity: gauge(
+                "cfctl_filter_capacity_keys",
+                "Keys the filter is sized for (attach builds it so)",
+            ),
+            auto: gauge(
+                "cfctl_filter_sizes_itself",
+                "1 if the filter grows and shrinks with the list, 0 if its capacity is fixed",
+            ),
+            high_watermark: gauge(
+                "cfctl_filter_high_watermark_ratio",
+                "Load above which a filter that sizes itself grows",
+            ),
+            low_watermark: gauge(
+                "cfctl_filter_low_watermark_ratio",
+                "Load below which a filter that sizes itself shrinks",
+            ),
+            last_resize: gauge(
+                "cfctl_filter_last_resize_timestamp_seconds",
+                "When the filter was last resized (0: never)",
+            ),
+            last_resize_info: defined(IntGaugeVec::new(
+                Opts::new(
+                    "cfctl_filter_last_resize_info",
+                    "The last resize: capacities before and after, in keys, and why",
+                ),
+                &["from", "to", "reason"],
+            )),
+        }
+    }
+
+    fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        for gauge in [
+            &self.capacity,
+            &self.auto,
+            &self.high_watermark,
+            &self.low_watermark,
+            &self.last_resize,
+        ] {
+            registry.register(Box::new(gauge.clone()))?;
+        }
+        registry.register(Box::new(self.last_resize_info.clone()))
+    }
+
+    fn observe(&self, settings: &FilterSettings) {
+        self.capacity.set(settings.capacity as f64);
+        self.auto
+            .set(f64::from(u8::from(settings.sizing == Sizing::Auto)));
+        self.high_watermark.set(HIGH_WATERMARK);
+        self.low_watermark.set(LOW_WATERMARK);
+        self.last_resize_info.reset();
+        match &settings.last_resize {
+            Some(resized) => {
+                self.last_resize.set(resized.at as f64);
+                self.last_resize_info
+                    .with_label_values(&[
+                        resized.from.to_string().as_str(),
+                        resized.to.to_string().as_str(),
+                        resized.reason.as_str(),
+                    ])
+                    .set(1);
+            }
+            None => self.last_resize.set(0.0),
+        }
     }
 }
 

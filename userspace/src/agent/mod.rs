@@ -415,6 +415,7 @@ impl Agent {
                 .map(|running| running.config.source())
                 .collect();
             self.metrics.observe_store(control.store(), &configured)?;
+            self.metrics.observe_settings(&control.settings()?);
             self.next_expiry = control.store().next_expiry()?;
         }
         let now = Instant::now();

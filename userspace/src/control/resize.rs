@@ -2,6 +2,9 @@
 //! ([`super::sizing`] has the rules), each one gap-free rebuild recorded
 //! with its reason.
 
+use foldhash::HashSet;
+use ipnet::IpNet;
+
 use super::capacity::{check_capacity, check_ceiling};
 use super::error::{ControlError, Result};
 use super::report::{FilterUpdate, TableSummary};
@@ -9,6 +12,7 @@ use super::sizing::{
     auto_capacity, load, new_capacity, CapacityChoice, Resized, Sizing, HIGH_WATERMARK,
     LOW_WATERMARK,
 };
+use super::update::Change;
 use super::{Control, FilterSettings};
 use crate::plan::KeyPlan;
 use crate::store::ListKind;
@@ -65,6 +69,52 @@ impl Control {
             return Ok(None);
         };
         self.resize_to(capacity, Sizing::Auto, &reason).map(Some)
+    }
+
+    /// Grows a filter that sizes itself before `change` of `list`, when
+    /// the change is sure to push its load past the high watermark: the
+    /// list after an add holds at least the larger of what it holds and
+    /// the distinct networks added, after a replace at least those it is
+    /// given, each at least one key. Growing first writes the store once,
+    /// where a change that finds the filter full is undone and applied
+    /// again after the growth. Sized for that lower bound, so a change
+    /// that turns out larger still grows again on the way
+    /// ([`Control::change`]).
+    pub(super) fn grow_ahead_of(
+        &mut self,
+        list: ListKind,
+        change: &Change<'_>,
+    ) -> Result<Option<Resized>> {
+        let entries = match change {
+            Change::Add { entries, .. } | Change::Replace { entries, .. } => *entries,
+            Change::Delete { .. } | Change::Expire { .. } => return Ok(None),
+        };
+        let settings = self.settings()?;
+        let past_the_watermark =
+            |keys: usize| load(keys, settings.capacity, settings.shape) > HIGH_WATERMARK;
+        if list != ListKind::Blocklist
+            || settings.sizing != Sizing::Auto
+            || !past_the_watermark(entries.len())
+            || self.live()?.is_none()
+        {
+            return Ok(None);
+        }
+        let distinct = entries
+            .iter()
+            .map(|entry| entry.net)
+            .collect::<HashSet<IpNet>>()
+            .len();
+        let listed = match change {
+            Change::Add { .. } => usize::try_from(self.store.entry_count(list)?).unwrap_or(0),
+            _ => 0,
+        };
+        let at_least = distinct.max(listed);
+        if !past_the_watermark(at_least) {
+            return Ok(None);
+        }
+        let reason = format!("a change of {distinct} entries needs at least {at_least} keys");
+        self.resize_to(auto_capacity(at_least), Sizing::Auto, &reason)
+            .map(Some)
     }
 
     /// Grows a filter that sizes itself so that `wanted` keys fit, before

@@ -138,3 +138,66 @@ pub fn new_capacity(keys: usize, capacity: u64, shape: FilterShape) -> Option<(u
         (wanted, reason)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Resizes a filter of `capacity` keys of `shape` takes while it holds
+    /// each of `keys` in turn, and the capacity it ends with.
+    fn resizes(mut capacity: u64, shape: FilterShape, keys: &[usize]) -> (usize, u64) {
+        let mut count = 0;
+        for &held in keys {
+            if let Some((to, _)) = new_capacity(held, capacity, shape) {
+                capacity = to;
+                count += 1;
+            }
+        }
+        (count, capacity)
+    }
+
+    proptest! {
+        /// A list whose size swings up to a fifth either way around any
+        /// size makes a filter resize at most once: the first resize sizes
+        /// it for the list, and no swing then leaves the watermarks.
+        #[test]
+        fn a_load_swinging_around_a_size_resizes_at_most_once(
+            center in 1usize..20_000_000,
+            start in MIN_AUTO_CAPACITY..40_000_000,
+            swings in proptest::collection::vec(-0.2f64..0.2, 1..200),
+            shape in proptest::sample::select(FilterShape::ALL.to_vec()),
+        ) {
+            let keys: Vec<usize> = swings
+                .iter()
+                .map(|swing| (center as f64 * (1.0 + swing)) as usize)
+                .collect();
+            let (count, _) = resizes(start, shape, &keys);
+            prop_assert!(count <= 1, "{count} resizes");
+        }
+    }
+
+    /// A list growing key by key past the high watermark, then swinging
+    /// across the point where it grew, resizes once; shrinking past the
+    /// low watermark and swinging there, once more.
+    #[test]
+    fn each_watermark_is_crossed_once_by_a_list_that_swings_across_it() {
+        let shape = FilterShape::Fingerprint16;
+        let start = MIN_AUTO_CAPACITY;
+        let mut held = 1;
+        while new_capacity(held, start, shape).is_none() {
+            held += 1;
+        }
+        let swing: Vec<usize> = (0..1000).map(|step| held - 50 + step % 100).collect();
+        let (count, grown) = resizes(start, shape, &swing);
+        assert_eq!(count, 1);
+        assert!(load(held, grown, shape) < HIGH_WATERMARK);
+
+        while new_capacity(held, grown, shape).is_none() {
+            held -= 1;
+        }
+        let swing: Vec<usize> = (0..1000).map(|step| held + 5 - step % 10).collect();
+        assert_eq!(resizes(grown, shape, &swing).0, 1);
+    }
+}

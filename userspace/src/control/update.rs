@@ -47,8 +47,8 @@ use super::diff::planned_diff;
 use super::error::{ControlError, Result};
 use super::report::{ChangeReport, FilterUpdate};
 use super::Control;
-use crate::plan::{KeyDiff, KeyPlan, PlanLimits};
-use crate::store::{ListKind, NewEntry, StoreTransaction};
+use crate::plan::{ActiveLengths, KeyDiff, KeyPlan, PlanError, PlanLimits};
+use crate::store::{ListKind, NewEntry, Store, StoreTransaction};
 use crate::xdp::{LiveFilter, XdpError};
 
 /// Reports the progress of long operations (a progress bar on a terminal).
@@ -168,6 +168,61 @@ enum Written<'s> {
     TooFull(Box<StoreTransaction<'s>>),
 }
 
+/// What a blocklist change does to the live filter.
+enum LivePlan {
+    /// The exact diff of a small change.
+    Diff(KeyDiff),
+    /// Whole tables.
+    Tables(Box<Tables>),
+}
+
+/// The key plans of the whole tables a change swaps in.
+struct Tables {
+    /// The list after the change.
+    new: KeyPlan,
+    /// The list before and after together, when the change removes
+    /// entries (an error if that does not fit a plan).
+    union: Option<std::result::Result<KeyPlan, PlanError>>,
+}
+
+impl Tables {
+    /// The plans of the committed list of `store` that gains `added` and
+    /// loses `removed`.
+    fn plan(store: &Store, added: &[IpNet], removed: &[IpNet], limits: PlanLimits) -> Result<Self> {
+        let gone: HashSet<IpNet> = removed.iter().copied().collect();
+        let new: Vec<IpNet> = store
+            .nets(ListKind::Blocklist)?
+            .into_iter()
+            .filter(|net| !gone.contains(net))
+            .chain(added.iter().copied())
+            .collect();
+        let union = (!removed.is_empty())
+            .then(|| KeyPlan::build(new.iter().chain(removed).copied(), limits));
+        Ok(Self {
+            new: KeyPlan::build(new, limits)?,
+            union,
+        })
+    }
+}
+
+/// What `added` and `removed` do to the live filter of `lengths`, planned
+/// from the committed `store` (beside the store's writes): the exact diff
+/// of a small change ([`planned_diff`]), whole tables otherwise.
+fn live_plan(
+    store: &Store,
+    added: &[IpNet],
+    removed: &[IpNet],
+    lengths: &ActiveLengths,
+    limits: PlanLimits,
+) -> Result<LivePlan> {
+    Ok(
+        match planned_diff(store, added, removed, lengths, limits)? {
+            Some(diff) => LivePlan::Diff(diff),
+            None => LivePlan::Tables(Box::new(Tables::plan(store, added, removed, limits)?)),
+        },
+    )
+}
+
 /// What the store part of a change did to the list as a whole, for the
 /// live part.
 struct Recorded {
@@ -199,13 +254,15 @@ impl Control {
     /// Applies `change` to `list`, in the store and in the live filter; see
     /// the module documentation for the order and what happens on failure.
     /// A filter that sizes itself ([`super::sizing`]) grows first when the
-    /// change does not fit, and follows the load after it.
+    /// change is sure not to fit, or when it finds that it does not, and
+    /// follows the load after it.
     pub fn change(
         &mut self,
         list: ListKind,
         change: Change<'_>,
         progress: &dyn Progress,
     ) -> Result<ChangeReport> {
+        let grown_ahead = self.grow_ahead_of(list, &change)?;
         let mut report = match self.change_once(list, change, progress) {
             Err(ControlError::Full { wanted, .. }) if self.sizes_itself()? => {
                 let grown = self.grow_for(wanted)?;
@@ -215,6 +272,7 @@ impl Control {
             }
             other => other?,
         };
+        report.resized = report.resized.or(grown_ahead);
         if let Some(resized) = self.follow_the_load(report.filter)? {
             report.resized = Some(resized);
         }
@@ -247,8 +305,8 @@ impl Control {
             filter: FilterUpdate::NotAttached,
             resized: None,
         };
-        // The exact diff of a blocklist change for the live filter, planned
-        // from the committed store while the transaction is written.
+        // What a blocklist change does to the live filter, planned from the
+        // committed store while the transaction is written.
         let lengths = live
             .as_ref()
             .filter(|_| list == ListKind::Blocklist)
@@ -258,7 +316,7 @@ impl Control {
         let plan = |added: &[IpNet], removed: &[IpNet]| {
             let lengths = lengths.as_ref()?;
             let changed = added.len() + removed.len();
-            (changed > 0).then(|| planned_diff(store, added, removed, lengths, limits))
+            (changed > 0).then(|| live_plan(store, added, removed, lengths, limits))
         };
         let (recorded, planned) = record(&mut txn, list, &change, &mut report, progress, plan)?;
         let Some(mut live) = live else {
@@ -275,8 +333,6 @@ impl Control {
         let updated = match list {
             ListKind::Allowlist => self.update_allowlist(&mut live, txn, &recorded),
             ListKind::Blocklist => {
-                // Without a plan: whole tables.
-                let planned = planned.unwrap_or(Ok(None));
                 self.update_blocklist(&mut live, txn, &recorded, planned, limits, progress)
             }
         };
@@ -315,21 +371,26 @@ impl Control {
         live: &mut LiveFilter,
         txn: StoreTransaction<'_>,
         recorded: &Recorded,
-        planned: Result<Option<KeyDiff>>,
+        planned: Option<Result<LivePlan>>,
         limits: PlanLimits,
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
-        let txn = match planned? {
-            Some(diff) => match self.write_diff(live, txn, &diff, progress)? {
+        let (txn, tables) = match planned.transpose()? {
+            Some(LivePlan::Diff(diff)) => match self.write_diff(live, txn, &diff, progress)? {
                 Written::Done(update) => return Ok(update),
-                Written::TooFull(txn) => *txn,
+                Written::TooFull(txn) => (*txn, None),
             },
-            None => txn,
+            Some(LivePlan::Tables(tables)) => (txn, Some(*tables)),
+            None => (txn, None),
         };
         // A bulk change, a rebuild the plan asks for, a live filter whose
         // lengths no longer fit the store, or a change whose new keys do
         // not fit beside the ones it removes: whole tables.
-        self.swap_tables(live, txn, recorded, limits, progress)
+        let tables = match tables {
+            Some(tables) => tables,
+            None => Tables::plan(&self.store, &recorded.added, &recorded.removed, limits)?,
+        };
+        self.swap_tables(live, txn, tables, progress)
     }
 
     /// Writes a small change's exact diff: inserts, commit, removes, the
@@ -372,37 +433,29 @@ impl Control {
         &self,
         live: &mut LiveFilter,
         txn: StoreTransaction<'_>,
-        recorded: &Recorded,
-        limits: PlanLimits,
+        tables: Tables,
         progress: &dyn Progress,
     ) -> Result<FilterUpdate> {
-        let removed: HashSet<IpNet> = recorded.removed.iter().copied().collect();
-        let new: Vec<IpNet> = self
-            .store
-            .nets(ListKind::Blocklist)?
-            .into_iter()
-            .filter(|net| !removed.contains(net))
-            .chain(recorded.added.iter().copied())
-            .collect();
         progress.start("building and swapping in the new filter", 0);
-        let new_plan = KeyPlan::build(new.iter().copied(), limits)?;
         // Entries removed: first a table of the old and new ones together,
         // so the commit never finds a stored entry missing.
-        let union_live = !removed.is_empty() && {
-            let union = KeyPlan::build(new.iter().chain(&recorded.removed).copied(), limits);
-            let swapped = union
-                .map_err(ControlError::from)
-                .and_then(|union| live.install(&union).map_err(ControlError::from));
-            match swapped {
-                Ok(()) => true,
-                // Too large together: the new table alone, before the commit.
-                Err(ControlError::Xdp(XdpError::Full(_)) | ControlError::Plan(_)) => false,
-                Err(error) => return Err(error),
+        let union_live = match tables.union {
+            None => false,
+            Some(union) => {
+                let swapped = union
+                    .map_err(ControlError::from)
+                    .and_then(|union| live.install(&union).map_err(ControlError::from));
+                match swapped {
+                    Ok(()) => true,
+                    // Too large together: the new table alone, before the commit.
+                    Err(ControlError::Xdp(XdpError::Full(_)) | ControlError::Plan(_)) => false,
+                    Err(error) => return Err(error),
+                }
             }
         };
         crash_point("union-installed");
         if !union_live {
-            live.install(&new_plan)
+            live.install(&tables.new)
                 .map_err(|error| unchanged(live, error))?;
             crash_point("installed");
         }
@@ -410,11 +463,11 @@ impl Control {
         self.commit_or_repair(live, txn)?;
         crash_point("committed");
         if union_live {
-            live.install(&new_plan)
+            live.install(&tables.new)
                 .map_err(|error| WayOut::Resize.explain(error))?;
         }
         Ok(FilterUpdate::Rebuilt {
-            keys: new_plan.key_count(),
+            keys: tables.new.key_count(),
         })
     }
 
@@ -449,8 +502,8 @@ fn unchanged(live: &LiveFilter, error: XdpError) -> ControlError {
 }
 
 /// Step 1: records `change` in `txn` and in `report`, and runs `plan` on
-/// what the list gains and loses (for a replace, beside the store's
-/// writes).
+/// what the list gains and loses (for an add or a replace, beside the
+/// store's writes).
 fn record<P: Send>(
     txn: &mut StoreTransaction<'_>,
     list: ListKind,
@@ -462,14 +515,19 @@ fn record<P: Send>(
     let recorded = match change {
         UniqueChange::Add(source, entries) => {
             progress.start("storing entries", entries.len() as u64);
-            let stored = txn.add(list, source, counted(entries, progress))?;
+            let (stored, planned) =
+                txn.add_beside(list, source, counted(entries, progress), |stored| {
+                    plan(&stored.added, &[])
+                })?;
             report.repeated = stored.repeated;
             report.joined = stored.joined.len();
             report.already_listed = stored.already_listed;
-            Recorded {
+            report.added = stored.added.len();
+            let recorded = Recorded {
                 added: stored.added,
                 removed: Vec::new(),
-            }
+            };
+            return Ok((recorded, planned));
         }
         UniqueChange::Delete(source, nets) => {
             let stored = txn.delete(list, *source, nets.iter().copied())?;

@@ -49,10 +49,24 @@ impl StoreTransaction<'_> {
         source: &str,
         entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
     ) -> Result<AddReport, StoreError> {
+        self.add_beside(list, source, entries, |_| ())
+            .map(|(report, ())| report)
+    }
+
+    /// [`add`](Self::add), and `beside` run with its report on another
+    /// thread while the entries are written: the report is known once the
+    /// list has been read (as for [`replace_beside`](Self::replace_beside)).
+    pub fn add_beside<'e, 'a: 'e, R: Send>(
+        &mut self,
+        list: ListKind,
+        source: &str,
+        entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
+        beside: impl FnOnce(&AddReport) -> R + Send,
+    ) -> Result<(AddReport, R), StoreError> {
         let store = self.store;
         let source = self.source_id(source)?;
         let (entries, repeated) = in_order(entries);
-        store.guarded(|| {
+        let (report, beside) = store.guarded(|| {
             let mut writer = self.writer(list)?;
             let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
             let held = writer.held_many(source, &nets).in_store(store)?;
@@ -60,19 +74,25 @@ impl StoreTransaction<'_> {
                 repeated,
                 ..AddReport::default()
             };
-            for ((net, entry), held) in entries.iter().zip(held) {
-                match writer
-                    .join(source, *net, held, entry.comment, entry.expires)
-                    .in_store(store)?
-                {
+            for ((_, entry), held) in entries.iter().zip(&held) {
+                match held.joined() {
                     Moved::List => report.added.push(entry.net),
                     Moved::OthersToo => report.joined.push(entry.net),
                     Moved::Nothing => report.already_listed.push(entry.net),
                 }
             }
-            writer.finish().in_store(store)?;
-            Ok(report)
-        })
+            let write = || {
+                for ((net, entry), held) in entries.iter().zip(held) {
+                    writer.join(source, *net, held, entry.comment, entry.expires)?;
+                }
+                writer.finish()
+            };
+            let beside = write_beside(store, &report, beside, write)?;
+            Ok((report, beside))
+        })?;
+        // Outside `guarded`, which would take a panic for redb's.
+        let beside = beside.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok((report, beside))
     }
 
     /// Source `source` (every source, if `None`) no longer lists `nets` in
@@ -148,23 +168,18 @@ impl StoreTransaction<'_> {
             let mut writer = self.writer(list)?;
             let steps = writer.replacement(source, &entries).in_store(store)?;
             let report = steps.report(repeated, |net| store.decode_net(net))?;
-            std::thread::scope(|scope| {
-                let beside = scope.spawn(|| beside(&report));
-                let written = steps
-                    .steps
-                    .into_iter()
-                    .try_for_each(|step| writer.take_step(source, step))
-                    .and_then(|()| writer.finish())
-                    .in_store(store);
-                let beside = beside.join();
-                written.map(|()| beside)
-            })
-            .map(|beside| (report, beside))
+            let write = || {
+                for step in steps.steps {
+                    writer.take_step(source, step)?;
+                }
+                writer.finish()
+            };
+            let beside = write_beside(store, &report, beside, write)?;
+            Ok((report, beside))
         })?;
-        match beside {
-            Ok(beside) => Ok((report, beside)),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        // Outside `guarded`, which would take a panic for redb's.
+        let beside = beside.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok((report, beside))
     }
 
     /// Removes from `list` every membership that expires at `until` or
@@ -206,4 +221,21 @@ impl StoreTransaction<'_> {
         let store = self.store;
         store.guarded(|| self.txn.commit().in_store(store))
     }
+}
+
+/// Runs `write`, and `beside` with `report` on another thread meanwhile;
+/// `beside`'s result (or its panic) once both are done.
+fn write_beside<T: Sync, R: Send>(
+    store: &Store,
+    report: &T,
+    beside: impl FnOnce(&T) -> R + Send,
+    write: impl FnOnce() -> Result<(), redb::Error>,
+) -> Result<std::thread::Result<R>, StoreError> {
+    let (written, beside) = std::thread::scope(|scope| {
+        let beside = scope.spawn(|| beside(report));
+        let written = write();
+        (written, beside.join())
+    });
+    written.in_store(store)?;
+    Ok(beside)
 }

@@ -91,6 +91,17 @@ impl Held {
     }
 }
 
+impl Held {
+    /// What the source joining the network does to the list.
+    pub(super) fn joined(&self) -> Moved {
+        match (&self.own, self.others) {
+            (Some(_), _) => Moved::Nothing,
+            (None, true) => Moved::OthersToo,
+            (None, false) => Moved::List,
+        }
+    }
+}
+
 impl Membership {
     /// Whether listing it again as `entry` says would change nothing (a
     /// renewal keeps the comment unless the entry gives one).
@@ -343,6 +354,7 @@ impl<'t> ListWriter<'t> {
         expires: Option<SystemTime>,
     ) -> Result<Moved, redb::Error> {
         let expires = encode_expiry(expires);
+        let moved = held.joined();
         if let Some(own) = held.own {
             let comment = comment.or(own.comment.as_deref());
             if comment != own.comment.as_deref() || expires != own.expires {
@@ -357,7 +369,7 @@ impl<'t> ListWriter<'t> {
                     self.expiry.insert((expires, source, &net), ())?;
                 }
             }
-            return Ok(Moved::Nothing);
+            return Ok(moved);
         }
         self.members
             .insert((&net, source), (comment, self.now, expires))?;
@@ -366,12 +378,10 @@ impl<'t> ListWriter<'t> {
             self.expiry.insert((expires, source, &net), ())?;
         }
         *self.deltas.entry(source).or_default() += 1;
-        Ok(if held.others {
-            Moved::OthersToo
-        } else {
+        if let Moved::List = moved {
             *self.deltas.entry(ALL_SOURCES).or_default() += 1;
-            Moved::List
-        })
+        }
+        Ok(moved)
     }
 
     /// Source `source` no longer lists `net`.

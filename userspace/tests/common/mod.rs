@@ -223,3 +223,28 @@ pub fn assert_counted(
         }
     }
 }
+
+/// Runs `body` while another thread calls `probe` over and over, and
+/// returns what `body` returns once the prober has stopped. The prober
+/// stops when `body` ends, also when it panics (which then goes on), so
+/// a failed assertion never leaves a test waiting for it.
+pub fn while_probing<T>(mut probe: impl FnMut() + Send, body: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Tells the prober to stop when dropped.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                probe();
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        body()
+    })
+}
