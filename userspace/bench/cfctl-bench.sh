@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The benchmark behind `./x bench-cfctl` (see userspace/BENCHMARKS-cfctl.md):
-# wall time to import 10^6 IPv4 addresses into an attached filter (median
-# of three fresh imports), to replace them with a list that shares half
-# of them, and to apply a feed refresh that changes 10^5 of them (cfctl
-# agent against an `ipset restore` of the same 10^5 deletions and
-# additions), and the latency of adding one address (cfctl with and
-# without a running agent, beside the process start and device flushes
-# that one add cannot avoid), for cfctl, xdp-filter (xdp-tools) and ipset
-# in the same run on the same list. The XDP programs are attached (native mode) to the host end of a
-# veth pair whose peer is in a namespace the script creates; no traffic is
-# sent. Everything is removed on exit, also when a step fails.
+# wall time to import 10^6 IPv4 addresses into a default attach (median
+# of three fresh imports), to replace them with a list that shares half of
+# them, to apply a feed refresh that changes 10^5 of them (cfctl agent
+# against an `ipset restore` of the same 10^5 deletions and additions)
+# and one of a 100-entry feed beside them, and the latency of adding one
+# address (cfctl with and without a running agent, beside the process
+# start and device flushes that one add cannot avoid), for cfctl,
+# xdp-filter (xdp-tools) and ipset in the same run on the same list. The
+# XDP programs are attached (native mode) to the host end of a veth pair
+# whose peer is in a namespace the script creates; no traffic is sent.
+# Everything is removed on exit, also when a step fails.
 #
 # Usage: cfctl-bench.sh PATH/TO/cfctl PATH/TO/store_floor   (as root; needs
 # xdp-filter, ipset, python3, strace; store_floor is the example
@@ -155,12 +156,13 @@ imports=()
 for run in 1 2 3; do
     [ "$run" -gt 1 ] && cfctl detach --all >/dev/null
     state="$work/state-$run"
-    cfctl attach "$host_link" --capacity $((entries + entries / 10)) >/dev/null
-    start=$EPOCHREALTIME; cfctl import "$work/list.txt" >/dev/null; imports+=("$(seconds_since "$start")")
+    # A default attach: the filter sizes itself (grows for the import).
+    cfctl attach "$host_link" >/dev/null
+    start=$EPOCHREALTIME; cfctl import --source bench "$work/list.txt" >/dev/null; imports+=("$(seconds_since "$start")")
 done
 cfctl_import="$(median "${imports[@]}") (${imports[*]})"
 cfctl verify >/dev/null
-start=$EPOCHREALTIME; cfctl import --replace "$work/replacement.txt" >/dev/null; cfctl_replace=$(seconds_since "$start")
+start=$EPOCHREALTIME; cfctl import --replace --source bench "$work/replacement.txt" >/dev/null; cfctl_replace=$(seconds_since "$start")
 cfctl verify >/dev/null
 cfctl status
 # Kept, with its store, for the adds at the end.
@@ -204,6 +206,34 @@ for version in feed-next.txt list.txt feed-next.txt; do
 done
 agent_apply="$(median "${applies[@]}") (${applies[*]})"
 agent_pass="$(median "${passes[@]}") (${passes[*]})"
+
+echo "==> cfctl agent: a feed of 100 entries refreshed beside the $entries others"
+# Two versions that differ in ten addresses, alternated; the big feed's
+# file stays as it is (the server answers it 304 Not Modified).
+for version in 1 2; do
+    seq $((version * 10)) $((version * 10 + 99)) | sed 's/^/198.19.200./' >"$work/small-$version.txt"
+done
+cp "$work/small-1.txt" "$work/feed/small.txt"
+cat >>"$work/agent.toml" <<TOML
+
+[[feed]]
+name = "small"
+url = "http://127.0.0.1:$feed_port/small.txt"
+refresh = "1h"
+TOML
+cfctl agent --once --config "$work/agent.toml" 2>/dev/null
+small_applies=() round=0
+for version in 2 1 2 1 2; do
+    cp "$work/small-$version.txt" "$work/feed/small.txt"
+    # A later modification time each round, to the second: the server
+    # answers a request that names an older one 304 Not Modified.
+    round=$((round + 1))
+    touch -d "@$(($(date +%s) + round))" "$work/feed/small.txt"
+    cfctl agent --once --config "$work/agent.toml" 2>"$work/agent.log"
+    apply=$(sed -n 's/.*feed=small .*apply_seconds=\([0-9.e-]*\).*/\1/p' "$work/agent.log" | tail -n 1)
+    small_applies+=("$(python3 -c "print(f'{float(\"$apply\") * 1000:.1f}')")")
+done
+small_apply="$(median "${small_applies[@]}") (${small_applies[*]})"
 cfctl verify >/dev/null
 cfctl detach --all >/dev/null
 
@@ -284,6 +314,10 @@ cat <<TABLE
 |---|---|---|
 | cfctl agent (feed over HTTP on 127.0.0.1; from the response to the live filter, as the agent logs it) | ${agent_apply}; whole \`agent --once\` process: ${agent_pass} | ${cfctl_add_agent} (\`cfctl add\` while the agent runs) |
 | ipset restore (the same deletions and additions to a hash:ip set) | ${ipset_diff} | ${ipset_add_agent} (\`ipset add\`, interleaved with those) |
+
+| cfctl agent: a feed of 100 entries, 10 of them changed, refreshed beside the $entries entries of another feed | ms from the response to the live filter, as the agent logs it (median of 5; runs) |
+|---|---|
+| feed \`small\` | ${small_apply} |
 
 | what one add cannot go below | ms (median of $adds, min-max) |
 |---|---|

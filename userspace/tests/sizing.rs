@@ -12,9 +12,10 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cfctl::control::sizing::MIN_AUTO_CAPACITY;
+use cfctl::control::sizing::{auto_capacity, MIN_AUTO_CAPACITY};
 use cfctl::xdp::test_run::XdpAction;
 use common::cli::Cfctl;
+use common::feed_server::{Answer, FeedServer};
 use common::netns::TestNetwork;
 
 /// A list of `count` addresses from 198.19.0.0 up, written to `dir`.
@@ -121,6 +122,62 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
     let covering = |address: &str| cfctl.check(address)["covering"].as_array().map(Vec::len);
     assert_eq!(covering("198.19.0.9"), Some(1));
     assert_eq!(covering("198.19.0.10"), Some(0));
+}
+
+/// A feed three times the filter's first size, refreshed by the agent
+/// into a default attach: the filter grows ahead of it, so the refresh
+/// applies in one pass, and the permanent entry never passes meanwhile.
+#[test]
+fn a_feed_three_times_the_first_size_applies_in_one_pass() {
+    common::require_root();
+    let network = TestNetwork::new(173);
+    let cfctl = Cfctl::new("sizing-feed");
+    cfctl.ok(&["attach", &network.host_link, "--mode", "skb"]);
+    let permanent: IpAddr = Ipv4Addr::new(198, 18, 173, 3).into();
+    cfctl.ok(&["add", &permanent.to_string()]);
+    let entries = 3 * u32::try_from(MIN_AUTO_CAPACITY).expect("a small capacity");
+    let dir = tempfile::tempdir().expect("a directory for the feed");
+    let list = std::fs::read_to_string(list_of(dir.path(), entries)).expect("the list");
+    let server = FeedServer::start(Answer::List(list));
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\nlisten = \"\"\n\n[[feed]]\nname = \"grow\"\nurl = \"{}\"\nrefresh = \"1h\"\n",
+            server.url()
+        ),
+    )
+    .expect("writing the configuration");
+    let config = config.to_str().expect("a UTF-8 path");
+
+    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
+    let probe = || {
+        match cfctl.verdict_now(permanent) {
+            Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
+            Some(_) => misses.fetch_add(1, Ordering::SeqCst),
+            None => 0,
+        };
+    };
+    common::while_probing(probe, || {
+        cfctl.ok(&["agent", "--once", "--config", config]);
+    });
+    assert_eq!(
+        misses.load(Ordering::SeqCst),
+        0,
+        "the permanent entry passed"
+    );
+    assert!(probes.load(Ordering::SeqCst) > 0, "the prober never ran");
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["entries"], entries + 1, "{status}");
+    // One growth, ahead of the refresh, for what it brought.
+    assert_eq!(
+        status["capacity"],
+        auto_capacity(entries as usize),
+        "{status}"
+    );
+    let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("needs at least"), "{status}");
+    cfctl.ok(&["verify"]);
 }
 
 #[test]

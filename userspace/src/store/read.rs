@@ -185,10 +185,7 @@ impl Store {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
             let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut first = encode_net(within);
-            first[17] = 0;
-            let mut last = encode_net(&IpNet::from(within.broadcast()));
-            last[17] = u8::MAX;
+            let (first, last) = nets_from_to(within);
             self.distinct_nets(
                 members
                     .range((&first, 0)..=(&last, u32::MAX))
@@ -213,10 +210,7 @@ impl Store {
         self.guarded(|| {
             let txn = self.db.begin_read().in_store(self)?;
             let members = txn.open_table(list.tables().members).in_store(self)?;
-            let mut first = encode_net(&within.trunc());
-            first[17] = 0;
-            let mut last = encode_net(&IpNet::from(within.broadcast()));
-            last[17] = u8::MAX;
+            let (mut first, last) = nets_from_to(within);
             let mut prefixes = Vec::new();
             loop {
                 let net = {
@@ -245,8 +239,7 @@ impl Store {
                 };
                 match next {
                     Some(next) if prefix.broadcast() != within.broadcast() => {
-                        first = encode_net(&IpNet::from(next));
-                        first[17] = 0;
+                        first = nets_from_to(&IpNet::from(next)).0;
                     }
                     _ => break,
                 }
@@ -347,4 +340,14 @@ impl Store {
             },
         ))
     }
+}
+
+/// The lowest and the highest key of a network whose address lies inside
+/// `within` (of any prefix length).
+fn nets_from_to(within: &IpNet) -> (NetBytes, NetBytes) {
+    let mut first = encode_net(&within.trunc());
+    first[17] = 0;
+    let mut last = encode_net(&IpNet::from(within.broadcast()));
+    last[17] = u8::MAX;
+    (first, last)
 }
