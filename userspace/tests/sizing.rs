@@ -35,6 +35,23 @@ fn list_from(dir: &std::path::Path, first: u32, count: u32) -> std::path::PathBu
     file
 }
 
+/// Runs `body` while a thread probes `address` with BPF_PROG_TEST_RUN on
+/// whichever program is pinned at each moment, and asserts that the
+/// probes ran and that none of them passed it.
+fn never_passes(cfctl: &Cfctl, address: IpAddr, body: impl FnOnce()) {
+    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
+    let probe = || {
+        match cfctl.verdict_now(address) {
+            Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
+            Some(_) => misses.fetch_add(1, Ordering::SeqCst),
+            None => 0,
+        };
+    };
+    common::while_probing(probe, body);
+    assert_eq!(misses.into_inner(), 0, "{address} passed");
+    assert!(probes.into_inner() > 0, "the prober never ran");
+}
+
 #[test]
 fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
     common::require_root();
@@ -49,15 +66,7 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
     let dir = tempfile::tempdir().expect("a directory for the lists");
     let entries = 3 * u32::try_from(MIN_AUTO_CAPACITY).expect("a small capacity");
 
-    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
-    let probe = || {
-        match cfctl.verdict_now(permanent) {
-            Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
-            Some(_) => misses.fetch_add(1, Ordering::SeqCst),
-            None => 0,
-        };
-    };
-    common::while_probing(probe, || {
+    never_passes(&cfctl, permanent, || {
         // Three times the first capacity in one import: the filter grows
         // first, as the import's size says it must, then takes it.
         let list = list_of(dir.path(), entries);
@@ -113,12 +122,6 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
         assert!(reason.contains("needed"), "{status}");
         cfctl.ok(&["verify"]);
     });
-    assert_eq!(
-        misses.load(Ordering::SeqCst),
-        0,
-        "the permanent entry passed"
-    );
-    assert!(probes.load(Ordering::SeqCst) > 0, "the prober never ran");
     let covering = |address: &str| cfctl.check(address)["covering"].as_array().map(Vec::len);
     assert_eq!(covering("198.19.0.9"), Some(1));
     assert_eq!(covering("198.19.0.10"), Some(0));
@@ -150,23 +153,9 @@ fn a_feed_three_times_the_first_size_applies_in_one_pass() {
     .expect("writing the configuration");
     let config = config.to_str().expect("a UTF-8 path");
 
-    let (probes, misses) = (AtomicU64::new(0), AtomicU64::new(0));
-    let probe = || {
-        match cfctl.verdict_now(permanent) {
-            Some(XdpAction::Drop) => probes.fetch_add(1, Ordering::SeqCst),
-            Some(_) => misses.fetch_add(1, Ordering::SeqCst),
-            None => 0,
-        };
-    };
-    common::while_probing(probe, || {
+    never_passes(&cfctl, permanent, || {
         cfctl.ok(&["agent", "--once", "--config", config]);
     });
-    assert_eq!(
-        misses.load(Ordering::SeqCst),
-        0,
-        "the permanent entry passed"
-    );
-    assert!(probes.load(Ordering::SeqCst) > 0, "the prober never ran");
     let status = cfctl.json(&["status"]);
     assert_eq!(status["entries"], entries + 1, "{status}");
     // One growth, ahead of the refresh, for what it brought.

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::schema::{encode_expiry, encode_net, NetBytes, SOURCES};
-use super::writer::{in_order, ListWriter, Moved, SourceIds};
+use super::writer::{in_order, ListWriter, Moved, SourceIds, Steps};
 use super::{
     AddReport, DeleteReport, ExpireReport, InStore, ListKind, NewEntry, ReplaceReport, Store,
     StoreError,
@@ -63,13 +63,11 @@ impl StoreTransaction<'_> {
         entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
         beside: impl FnOnce(&AddReport) -> R + Send,
     ) -> Result<(AddReport, R), StoreError> {
-        let store = self.store;
         let source = self.source_id(source)?;
         let (entries, repeated) = in_order(entries);
-        let (report, beside) = store.guarded(|| {
-            let mut writer = self.writer(list)?;
+        let read = |writer: &ListWriter<'_>| {
             let nets: Vec<NetBytes> = entries.iter().map(|(net, _)| *net).collect();
-            let held = writer.held_many(source, &nets).in_store(store)?;
+            let held = writer.held_many(source, &nets).in_store(self.store)?;
             let mut report = AddReport {
                 repeated,
                 ..AddReport::default()
@@ -81,18 +79,15 @@ impl StoreTransaction<'_> {
                     Moved::Nothing => report.already_listed.push(entry.net),
                 }
             }
-            let write = || {
-                for ((net, entry), held) in entries.iter().zip(held) {
-                    writer.join(source, *net, held, entry.comment, entry.expires)?;
-                }
-                writer.finish()
-            };
-            let beside = write_beside(store, &report, beside, write)?;
-            Ok((report, beside))
-        })?;
-        // Outside `guarded`, which would take a panic for redb's.
-        let beside = beside.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok((report, beside))
+            Ok((report, held))
+        };
+        let write = |writer: &mut ListWriter<'_>, held: Vec<_>| {
+            for ((net, entry), held) in entries.iter().zip(held) {
+                writer.join(source, *net, held, entry.comment, entry.expires)?;
+            }
+            Ok(())
+        };
+        self.read_then_write(list, read, write, beside)
     }
 
     /// Source `source` (every source, if `None`) no longer lists `nets` in
@@ -152,8 +147,7 @@ impl StoreTransaction<'_> {
     /// [`replace`](Self::replace), and `beside` run with its report on
     /// another thread while the replacement is written: the report is known
     /// once the list has been read, so work that needs only the change
-    /// (planning the filter keys around it) overlaps the writes. A panic in
-    /// `beside` is resumed here once the writes are done.
+    /// (planning the filter keys around it) overlaps the writes.
     pub fn replace_beside<'e, 'a: 'e, R: Send>(
         &mut self,
         list: ListKind,
@@ -161,25 +155,21 @@ impl StoreTransaction<'_> {
         entries: impl IntoIterator<Item = &'e NewEntry<'a>>,
         beside: impl FnOnce(&ReplaceReport) -> R + Send,
     ) -> Result<(ReplaceReport, R), StoreError> {
-        let store = self.store;
         let source = self.source_id(source)?;
         let (entries, repeated) = in_order(entries);
-        let (report, beside) = store.guarded(|| {
-            let mut writer = self.writer(list)?;
+        let store = self.store;
+        let read = |writer: &ListWriter<'_>| {
             let steps = writer.replacement(source, &entries).in_store(store)?;
             let report = steps.report(repeated, |net| store.decode_net(net))?;
-            let write = || {
-                for step in steps.steps {
-                    writer.take_step(source, step)?;
-                }
-                writer.finish()
-            };
-            let beside = write_beside(store, &report, beside, write)?;
-            Ok((report, beside))
-        })?;
-        // Outside `guarded`, which would take a panic for redb's.
-        let beside = beside.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok((report, beside))
+            Ok((report, steps))
+        };
+        let write = |writer: &mut ListWriter<'_>, steps: Steps<'_, '_>| {
+            for step in steps.steps {
+                writer.take_step(source, step)?;
+            }
+            Ok(())
+        };
+        self.read_then_write(list, read, write, beside)
     }
 
     /// Removes from `list` every membership that expires at `until` or
@@ -216,26 +206,38 @@ impl StoreTransaction<'_> {
         })
     }
 
+    /// A change of `list` whose report `read` knows from what the list
+    /// holds, before `write` makes it: `beside` runs with the report on
+    /// another thread while the writes are made, so work that needs only
+    /// the change (planning the filter keys around it) overlaps them. A
+    /// panic in `beside` is resumed once the writes are done.
+    fn read_then_write<T: Sync, P, R: Send>(
+        &self,
+        list: ListKind,
+        read: impl FnOnce(&ListWriter<'_>) -> Result<(T, P), StoreError>,
+        write: impl FnOnce(&mut ListWriter<'_>, P) -> Result<(), redb::Error>,
+        beside: impl FnOnce(&T) -> R + Send,
+    ) -> Result<(T, R), StoreError> {
+        let store = self.store;
+        let (report, beside) = store.guarded(|| {
+            let mut writer = self.writer(list)?;
+            let (report, prepared) = read(&writer)?;
+            let (written, beside) = std::thread::scope(|scope| {
+                let beside = scope.spawn(|| beside(&report));
+                let written = write(&mut writer, prepared).and_then(|()| writer.finish());
+                (written, beside.join())
+            });
+            written.in_store(store)?;
+            Ok((report, beside))
+        })?;
+        // Outside `guarded`, which would take a panic for redb's.
+        let beside = beside.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok((report, beside))
+    }
+
     /// Makes every change of the transaction durable, atomically.
     pub fn commit(self) -> Result<(), StoreError> {
         let store = self.store;
         store.guarded(|| self.txn.commit().in_store(store))
     }
-}
-
-/// Runs `write`, and `beside` with `report` on another thread meanwhile;
-/// `beside`'s result (or its panic) once both are done.
-fn write_beside<T: Sync, R: Send>(
-    store: &Store,
-    report: &T,
-    beside: impl FnOnce(&T) -> R + Send,
-    write: impl FnOnce() -> Result<(), redb::Error>,
-) -> Result<std::thread::Result<R>, StoreError> {
-    let (written, beside) = std::thread::scope(|scope| {
-        let beside = scope.spawn(|| beside(report));
-        let written = write();
-        (written, beside.join())
-    });
-    written.in_store(store)?;
-    Ok(beside)
 }
