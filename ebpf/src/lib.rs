@@ -21,6 +21,8 @@
 //! | [`COUNTERS_MAP`]           | PERCPU_ARRAY      | one [`Counter`] per (outcome, family)     |
 //! | [`ALLOW_V4_MAP`]           | LPM_TRIE          | IPv4 allowlist, `[u8; 4]` keys            |
 //! | [`ALLOW_V6_MAP`]           | LPM_TRIE          | IPv6 allowlist, `[u8; 16]` keys           |
+//! | [`DROP_EVENTS_MAP`]        | RINGBUF           | sampled drops, one [`DropEvent`] each     |
+//! | [`SAMPLERS_MAP`]           | PERCPU_ARRAY \[1\] | one [`Sampler`]: token bucket and event counts |
 //!
 //! A filter table is a `BPF_F_MMAPABLE` ARRAY whose element `i` is bucket
 //! `i` in `filter-core`'s layout, so its mmapped memory is exactly a
@@ -45,6 +47,10 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 pub const ALLOW_V4_MAP: &str = "ALLOW_V4";
 /// Name of the IPv6 allowlist (LPM trie).
 pub const ALLOW_V6_MAP: &str = "ALLOW_V6";
+/// Name of the ring buffer of sampled drops ([`DropEvent`]).
+pub const DROP_EVENTS_MAP: &str = "DROP_EVENTS";
+/// Name of the per-CPU sampler state ([`Sampler`]).
+pub const SAMPLERS_MAP: &str = "SAMPLERS";
 /// Name of the map the `locate` object's program writes (tests only).
 pub const LOCATE_MAP: &str = "LOCATE";
 /// Name of the program of the `locate` object (tests only), which reports
@@ -362,6 +368,18 @@ pub struct Config {
     /// the program): a control plane of another version loads a new
     /// program rather than write into these maps.
     pub abi_version: u32,
+    /// Sampled drops per second and CPU, the token bucket's refill rate;
+    /// zero turns sampling off.
+    pub sample_rate: u32,
+    /// Tokens the bucket holds at most: the longest burst of events one
+    /// CPU writes at once.
+    pub sample_burst: u32,
+    /// A drop the bucket would sample is sampled with probability
+    /// `1 / sample_one_in` (0 and 1: every one).
+    pub sample_one_in: u32,
+    /// Bytes of the frame an event carries, from the Ethernet header on,
+    /// at most [`MAX_EVENT_FRAME_BYTES`].
+    pub sample_frame_bytes: u32,
 }
 
 impl Config {
@@ -384,7 +402,7 @@ pub fn read_once<T: Copy>(field: &T) -> T {
 /// The version of everything a loaded program and its control plane share:
 /// this crate's map layouts and `filter-core`'s bucket layout and hash.
 /// Change it with any of them.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Packets and bytes of one counter, per CPU.
 #[repr(C)]
@@ -435,6 +453,60 @@ pub const COUNTER_COUNT: usize = <Outcome as Setting>::ALL.len() * <Family as Se
 #[inline(always)]
 pub const fn counter_index(outcome: Outcome, family: Family) -> u32 {
     outcome as u32 * <Family as Setting>::ALL.len() as u32 + family as u32
+}
+
+/// Most frame bytes a [`DropEvent`] carries.
+pub const MAX_EVENT_FRAME_BYTES: usize = 128;
+
+/// [`DropEvent::prefix_len`] of a drop no filter entry caused (the allow
+/// policy, a malformed frame).
+pub const NO_PREFIX: u8 = u8::MAX;
+
+/// One sampled drop, as the program writes it to [`DROP_EVENTS_MAP`].
+/// Dropped packets, and in monitor mode the packets that would have been
+/// dropped, are sampled; passed packets never are.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropEvent {
+    /// `bpf_ktime_get_ns()`: nanoseconds of `CLOCK_MONOTONIC`.
+    pub timestamp_ns: u64,
+    /// The matched address in network order: an IPv4 address in the first
+    /// four bytes (the rest zero), an IPv6 address in all sixteen; zero
+    /// for a malformed frame.
+    pub address: [u8; 16],
+    /// Length of the whole frame, from the Ethernet header on.
+    pub frame_len: u32,
+    /// The interface the packet arrived on (`ingress_ifindex`).
+    pub ifindex: u32,
+    /// The receive queue it arrived on (`rx_queue_index`).
+    pub rx_queue: u32,
+    /// A [`Family`].
+    pub family: u8,
+    /// An [`Outcome`]: `Dropped`, `WouldDrop` or `Malformed`.
+    pub outcome: u8,
+    /// The prefix length whose probe hit, or [`NO_PREFIX`].
+    pub prefix_len: u8,
+    /// How many bytes of `frame` hold the frame's first bytes.
+    pub captured: u8,
+    /// The frame's first `captured` bytes.
+    pub frame: [u8; MAX_EVENT_FRAME_BYTES],
+}
+
+/// One CPU's sampler: the token bucket and what it let through.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sampler {
+    /// Tokens in the bucket, in nanoseconds of refill (a token costs
+    /// `10^9 / sample_rate`).
+    pub credit_ns: u64,
+    /// When the bucket was last refilled (`bpf_ktime_get_ns()`).
+    pub refilled_ns: u64,
+    /// Events written to the ring.
+    pub sampled: u64,
+    /// Events lost because the ring was full.
+    pub lost: u64,
+    /// Drops the bucket or the `1 / sample_one_in` draw left unsampled.
+    pub skipped: u64,
 }
 
 /// What the test-only locate program found for a packet's matched address
@@ -490,7 +562,9 @@ pub struct BaselineLengths {
 
 const _: () = {
     assert!(core::mem::size_of::<FilterProfile>() == 40);
-    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16);
+    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16 + 16);
+    assert!(core::mem::size_of::<DropEvent>() == 8 + 16 + 16 + MAX_EVENT_FRAME_BYTES);
+    assert!(core::mem::size_of::<Sampler>() == 40);
     assert!(core::mem::size_of::<Counter>() == 16);
     assert!(core::mem::size_of::<LocateReport>() == 8 + 40);
     assert!(core::mem::size_of::<BaselineLengths>() == 12);
