@@ -1,5 +1,6 @@
 //! Time as cfctl records and shows it: points in time as Unix seconds or
 //! milliseconds (what the store, the states and the JSON reports hold),
+//! the monotonic clock of the XDP program's events,
 //! and back. Every conversion is here, so that all agree on the epoch, on
 //! rounding (always down) and on times before 1970 (read as the epoch).
 
@@ -53,5 +54,24 @@ mod tests {
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
         assert_eq!(utc(1_764_460_800), "2025-11-30 00:00:00Z");
         assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59Z");
+    }
+}
+
+/// The wall-clock time of a `CLOCK_MONOTONIC` reading in nanoseconds
+/// (what the XDP program stamps its events with), by the two clocks'
+/// difference now.
+pub fn from_monotonic_nanos(nanos: u64) -> SystemTime {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let monotonic_now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+    let at = Duration::from_nanos(nanos);
+    let wall_now = SystemTime::now();
+    match monotonic_now.checked_sub(at) {
+        Some(ago) => wall_now - ago,
+        None => wall_now + (at - monotonic_now),
     }
 }

@@ -21,10 +21,11 @@ use std::time::SystemTime;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, Gauge, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{CounterVec, Encoder, Gauge, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::control::sizing::{Sizing, HIGH_WATERMARK, LOW_WATERMARK};
 use crate::control::{live_summary, read_counters, FilterSettings, TableSummary};
+use crate::drops::{Attribution, OriginKey};
 use crate::store::{ListKind, Store, StoreError};
 use crate::time::unix_seconds_f64;
 use crate::Setting;
@@ -35,6 +36,7 @@ pub struct Metrics {
     entries: IntGaugeVec,
     next_expiry: Gauge,
     sizing: SizingMetrics,
+    drops: DropMetrics,
     /// The (list, source) series of `entries` shown so far.
     shown: Mutex<HashSet<(String, String)>>,
 }
@@ -61,6 +63,7 @@ impl Metrics {
             )),
             shown: Mutex::new(HashSet::new()),
             sizing: SizingMetrics::new(),
+            drops: DropMetrics::new(),
             registry,
         };
         let started = defined(Gauge::new(
@@ -76,6 +79,7 @@ impl Metrics {
             .registry
             .register(Box::new(metrics.next_expiry.clone()))?;
         metrics.sizing.register(&metrics.registry)?;
+        metrics.drops.register(&metrics.registry)?;
         metrics
             .registry
             .register(Box::new(DataPlane::new(pin_dir)))?;
@@ -125,6 +129,11 @@ impl Metrics {
     /// stored `settings`.
     pub fn observe_settings(&self, settings: &FilterSettings) {
         self.sizing.observe(settings);
+    }
+
+    /// Takes the drops by origin from `attribution`.
+    pub fn observe_drops(&self, attribution: &Attribution) {
+        self.drops.observe(attribution);
     }
 
     /// The text exposition of every metric.
@@ -217,6 +226,75 @@ impl SizingMetrics {
                     .set(1);
             }
             None => self.last_resize.set(0.0),
+        }
+    }
+}
+
+/// The drops by origin and family ([`crate::drops`]), with the firewall
+/// bouncer's label names (`origin`, `ip_type`): packets the program
+/// dropped, and in monitor mode those it would have dropped.
+struct DropMetrics {
+    dropped: [CounterVec; 2],
+    would_drop: [CounterVec; 2],
+    /// What each series showed so far (packets, bytes): counters only
+    /// grow by the attribution's gains.
+    shown: Mutex<std::collections::HashMap<OriginKey, (f64, f64)>>,
+}
+
+impl DropMetrics {
+    fn new() -> Self {
+        let counters = |name: &str, help: &str| {
+            defined(CounterVec::new(
+                Opts::new(name, format!("{help}, by the origin of the entries covering the address (a source's name, `policy` or `unlisted`) and its family; estimated from the sampled drops when the sampling does not keep up with every drop")),
+                &["origin", "ip_type"],
+            ))
+        };
+        Self {
+            dropped: [
+                counters("cfctl_dropped_packets_total", "Packets dropped"),
+                counters("cfctl_dropped_bytes_total", "Bytes of the packets dropped"),
+            ],
+            would_drop: [
+                counters(
+                    "cfctl_would_drop_packets_total",
+                    "Packets monitor mode passed that enforce mode drops",
+                ),
+                counters(
+                    "cfctl_would_drop_bytes_total",
+                    "Bytes of the packets monitor mode passed that enforce mode drops",
+                ),
+            ],
+            shown: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        for family in self.dropped.iter().chain(&self.would_drop) {
+            registry.register(Box::new(family.clone()))?;
+        }
+        Ok(())
+    }
+
+    fn observe(&self, attribution: &Attribution) {
+        let mut shown = self
+            .shown
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (key, estimate) in attribution.origins() {
+            let [packets, bytes] = match key.outcome {
+                crate::Outcome::WouldDrop => &self.would_drop,
+                _ => &self.dropped,
+            };
+            let labels = [key.origin.as_str(), key.family.name()];
+            let (packets_shown, bytes_shown) = shown.entry(key.clone()).or_default();
+            packets
+                .with_label_values(&labels)
+                .inc_by((estimate.packets - *packets_shown).max(0.0));
+            bytes
+                .with_label_values(&labels)
+                .inc_by((estimate.bytes - *bytes_shown).max(0.0));
+            *packets_shown = packets_shown.max(estimate.packets);
+            *bytes_shown = bytes_shown.max(estimate.bytes);
         }
     }
 }

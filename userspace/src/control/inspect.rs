@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use super::error::{ControlError, Result};
 use super::report::{CheckResult, CounterRecord, EntryRecord, SourceCount, Status, VerifyReport};
 use super::Control;
-use crate::plan::{family_of_address, prefixes_of, CheckReport, CheckVerdict, KeyPlan, PlanLimits};
+use crate::plan::{CheckReport, CheckVerdict, KeyPlan, PlanLimits};
 use crate::store::{Entry, ListKind};
 use crate::time::unix_seconds;
 use crate::xdp::PinDir;
@@ -20,13 +20,11 @@ use crate::{Family, Outcome, Setting};
 impl Control {
     /// The entries of `list` that contain `address`, longest first.
     fn covering(&self, list: ListKind, address: IpAddr) -> Result<Vec<Entry>> {
-        let max = family_of_address(address).max_prefix_len();
-        let prefixes = prefixes_of(address, (0..=max).rev());
-        let mut covering = Vec::new();
-        for net in self.store.existing(list, prefixes)? {
-            covering.extend(self.store.entry(list, &net)?);
-        }
-        Ok(covering)
+        Ok(self
+            .store
+            .covering(list, &[address])?
+            .pop()
+            .unwrap_or_default())
     }
 
     /// Which entries cover `address`, and what the live filter says.

@@ -1,5 +1,5 @@
 //! Reading the store: the entries of a list (all, one source's, one
-//! network's, those inside a network), their networks, how many each
+//! network's, those inside a network, those covering an address), their networks, how many each
 //! source lists, and when the next listing expires. Each read is one read
 //! transaction, so what it returns is one committed state.
 
@@ -95,6 +95,37 @@ impl Store {
             }
         }
         Ok(found)
+    }
+
+    /// The entries of `list` that contain each of `addresses` (one list
+    /// per address, longest prefix first), looked up in one read
+    /// transaction.
+    pub fn covering(
+        &self,
+        list: ListKind,
+        addresses: &[IpAddr],
+    ) -> Result<Vec<Vec<Entry>>, StoreError> {
+        self.guarded(|| {
+            let txn = self.db.begin_read().in_store(self)?;
+            let names = self.source_names(&txn.open_table(SOURCES).in_store(self)?)?;
+            let members = txn.open_table(list.tables().members).in_store(self)?;
+            let mut covering = Vec::with_capacity(addresses.len());
+            for &address in addresses {
+                let longest = match address {
+                    IpAddr::V4(_) => 32,
+                    IpAddr::V6(_) => 128,
+                };
+                let mut entries = Vec::new();
+                for len in (0..=longest).rev() {
+                    let Ok(net) = IpNet::new(address, len) else {
+                        continue;
+                    };
+                    entries.extend(self.entry_in(&members, &encode_net(&net.trunc()), &names)?);
+                }
+                covering.push(entries);
+            }
+            Ok(covering)
+        })
     }
 
     /// The networks of every entry of `list`, IPv4 first, in address order.
