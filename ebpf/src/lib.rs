@@ -227,7 +227,7 @@ macro_rules! setting {
     ) => {
         $(#[$meta])*
         #[repr(u32)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum $name {
             $($(#[$variant_meta])* $variant = $value,)*
         }

@@ -44,19 +44,6 @@ pub fn utc(seconds: u64) -> String {
         .replacen('T', " ", 1)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_are_utc_civil_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
-        assert_eq!(utc(1_764_460_800), "2025-11-30 00:00:00Z");
-        assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59Z");
-    }
-}
-
 /// The wall-clock time of a `CLOCK_MONOTONIC` reading in nanoseconds
 /// (what the XDP program stamps its events with), by the two clocks'
 /// difference now.
@@ -73,5 +60,18 @@ pub fn from_monotonic_nanos(nanos: u64) -> SystemTime {
     match monotonic_now.checked_sub(at) {
         Some(ago) => wall_now - ago,
         None => wall_now + (at - monotonic_now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_civil_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
+        assert_eq!(utc(1_764_460_800), "2025-11-30 00:00:00Z");
+        assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59Z");
     }
 }
