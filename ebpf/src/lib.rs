@@ -458,6 +458,11 @@ pub const fn counter_index(outcome: Outcome, family: Family) -> u32 {
 /// Most frame bytes a [`DropEvent`] carries.
 pub const MAX_EVENT_FRAME_BYTES: usize = 128;
 
+/// Bytes of the [`DROP_EVENTS_MAP`] ring: about 1,500 events, three
+/// seconds of the default rate on two CPUs, so a reader that looks every
+/// second loses none.
+pub const DROP_EVENTS_RING_BYTES: usize = 256 * 1024;
+
 /// [`DropEvent::prefix_len`] of a drop no filter entry caused (the allow
 /// policy, a malformed frame).
 pub const NO_PREFIX: u8 = u8::MAX;

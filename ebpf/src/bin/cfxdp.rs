@@ -16,6 +16,13 @@
 //! length without reading it. Each probe reads both buckets before
 //! comparing either, so their cache misses overlap.
 //!
+//! A dropped packet (and in monitor mode one that would be) may be
+//! sampled for userspace ([`sample`]): a one-in-N draw, then the CPU's
+//! token bucket, then a reservation in the ring of [`DropEvent`]s that
+//! carries the address, the prefix length that hit and the frame's first
+//! bytes. A passed packet never reaches that code, and with sampling off
+//! (rate 0) a dropped one reads one field more.
+//!
 //! Decision, for an IP packet and its matched address:
 //! * deny policy: listed in the filter at any active prefix length ->
 //!   allowlisted? pass (`Allowlisted`) : drop (`Dropped`), else pass
@@ -28,7 +35,8 @@
 
 use aya_ebpf::{
     bindings::{xdp_action, BPF_F_MMAPABLE},
-    btf_maps::{lpm_trie::Key, Array, ArrayOfMaps, LpmTrie, PerCpuArray},
+    btf_maps::{lpm_trie::Key, Array, ArrayOfMaps, LpmTrie, PerCpuArray, RingBuf},
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_xdp_load_bytes},
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
@@ -36,8 +44,9 @@ use cfxdp::{
     counter_index,
     packet::{frame_len, parse, Direction, Frame, Ipv6Address},
     prefilter::{skip_bit, Prefilter},
-    read_once, Config, Counter, Family, MalformedAction, Mode, Outcome, Policy, COUNTER_COUNT,
-    DEFAULT_ALLOWLIST_ENTRIES, FILTER_TABLE_FLAGS, PROFILE_COUNT,
+    read_once, Config, Counter, DropEvent, Family, MalformedAction, Mode, Outcome, Policy, Sampler,
+    COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, DROP_EVENTS_RING_BYTES, FILTER_TABLE_FLAGS,
+    MAX_EVENT_FRAME_BYTES, NO_PREFIX, PROFILE_COUNT,
 };
 use filter_core::{
     layout::{buckets_contain, locate},
@@ -77,6 +86,12 @@ static PREFILTERS: Array<Prefilter, PROFILE_COUNT, { BPF_F_MMAPABLE as usize }> 
 static COUNTERS: PerCpuArray<Counter, COUNTER_COUNT> = PerCpuArray::new();
 
 #[btf_map]
+static DROP_EVENTS: RingBuf<DropEvent, DROP_EVENTS_RING_BYTES> = RingBuf::new();
+
+#[btf_map]
+static SAMPLERS: PerCpuArray<Sampler, 1> = PerCpuArray::new();
+
+#[btf_map]
 static ALLOW_V4: LpmTrie<[u8; 4], u8, DEFAULT_ALLOWLIST_ENTRIES> = LpmTrie::new();
 
 #[btf_map]
@@ -101,21 +116,34 @@ fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) 
     let Some(config) = CONFIG.get(0) else {
         return xdp_action::XDP_PASS;
     };
-    let (outcome, family) = match parse(ctx, direction()) {
-        Frame::NonIp => (Outcome::NonIp, Family::Other),
-        Frame::Malformed(family) => (Outcome::Malformed, family),
-        Frame::Ipv4(address) => (classify(config, tables, Address::V4(address)), Family::Ipv4),
-        Frame::Ipv6(address) => (classify(config, tables, Address::V6(address)), Family::Ipv6),
+    let (outcome, family, address, hit) = match parse(ctx, direction()) {
+        Frame::NonIp => (Outcome::NonIp, Family::Other, None, NO_PREFIX),
+        Frame::Malformed(family) => (Outcome::Malformed, family, None, NO_PREFIX),
+        Frame::Ipv4(address) => {
+            let address = Address::V4(address);
+            let (outcome, hit) = classify(config, tables, address);
+            (outcome, Family::Ipv4, Some(address), hit)
+        }
+        Frame::Ipv6(address) => {
+            let address = Address::V6(address);
+            let (outcome, hit) = classify(config, tables, address);
+            (outcome, Family::Ipv6, Some(address), hit)
+        }
     };
     count(outcome, family, bytes);
-    let drop = match outcome {
-        Outcome::Dropped => true,
+    let (drop, sampled) = match outcome {
+        Outcome::Dropped => (true, true),
+        Outcome::WouldDrop => (false, true),
         Outcome::Malformed => {
-            read_once(&config.malformed_action) == MalformedAction::Drop as u32
-                && read_once(&config.mode) == Mode::Enforce as u32
+            let dropped = read_once(&config.malformed_action) == MalformedAction::Drop as u32;
+            let enforced = read_once(&config.mode) == Mode::Enforce as u32;
+            (dropped && enforced, dropped)
         }
-        Outcome::Passed | Outcome::WouldDrop | Outcome::Allowlisted | Outcome::NonIp => false,
+        Outcome::Passed | Outcome::Allowlisted | Outcome::NonIp => (false, false),
     };
+    if sampled {
+        sample(ctx, config, outcome, family, address, hit, bytes);
+    }
     if drop {
         xdp_action::XDP_DROP
     } else {
@@ -129,26 +157,30 @@ enum Address {
     V6(Ipv6Address),
 }
 
+/// The outcome for `address`, and the prefix length whose probe hit
+/// ([`NO_PREFIX`] if none did, or the allow policy decided).
 #[inline(always)]
 fn classify<F: Fingerprint, const S: usize>(
     config: &Config,
     tables: &Tables<F, S>,
     address: Address,
-) -> Outcome {
-    let would_drop = if read_once(&config.policy) == Policy::Allow as u32 {
-        true
+) -> (Outcome, u8) {
+    let hit = if read_once(&config.policy) == Policy::Allow as u32 {
+        Some(NO_PREFIX)
     } else {
         listed(config, tables, address)
     };
-    if !would_drop {
-        Outcome::Passed
-    } else if allowlisted(config, address) {
+    let Some(hit) = hit else {
+        return (Outcome::Passed, NO_PREFIX);
+    };
+    let outcome = if allowlisted(config, address) {
         Outcome::Allowlisted
     } else if read_once(&config.mode) == Mode::Monitor as u32 {
         Outcome::WouldDrop
     } else {
         Outcome::Dropped
-    }
+    };
+    (outcome, hit)
 }
 
 /// Whether the address is in its family's allowlist; no trie lookup while
@@ -171,12 +203,13 @@ fn allowlisted(config: &Config, address: Address) -> bool {
 /// Asks the live prefilter which active prefix lengths have keys in the
 /// address's block, then probes the live filter at each of them, longest
 /// first, stopping at the first hit; at most `MAX_PREFIX_LENGTHS` probes.
+/// The prefix length that hit, if one did.
 #[inline(always)]
 fn listed<F: Fingerprint, const S: usize>(
     config: &Config,
     tables: &Tables<F, S>,
     address: Address,
-) -> bool {
+) -> Option<u8> {
     let index = config.live_index();
     let profile = &config.profiles[index as usize];
     let skipped = read_once(&profile.prefilter_skipped);
@@ -185,19 +218,17 @@ fn listed<F: Fingerprint, const S: usize>(
         Address::V6(_) if skipped & skip_bit(AddressFamily::Ipv6) != 0 => u8::MAX,
         Address::V4(address) => match PREFILTERS.get(index) {
             Some(prefilter) => prefilter.ipv4_mask(address),
-            None => return false,
+            None => return None,
         },
         Address::V6(address) => match PREFILTERS.get(index) {
             Some(prefilter) => prefilter.ipv6_mask(address.high),
-            None => return false,
+            None => return None,
         },
     };
     if marked_lengths == 0 {
-        return false;
+        return None;
     }
-    let Some(table) = tables.get(index) else {
-        return false;
-    };
+    let table = tables.get(index)?;
     let seed = read_once(&profile.seed);
     let mask = read_once(&profile.bucket_mask) as usize;
     let (lengths, count) = match address {
@@ -225,10 +256,10 @@ fn listed<F: Fingerprint, const S: usize>(
         let primary = read_bucket(table, location.primary);
         let alternate = read_bucket(table, location.alternate);
         if buckets_contain(&primary, &alternate, location.fingerprint) {
-            return true;
+            return Some(prefix_len);
         }
     }
-    false
+    None
 }
 
 /// Bucket `index` of `table`, read once; an index out of range (never, the
@@ -239,6 +270,86 @@ fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize
         Some(bucket) => read_once(bucket),
         None => [F::EMPTY; S],
     }
+}
+
+/// Samples a drop for userspace, if the one-in-N draw and this CPU's
+/// token bucket let it: a reservation in the ring, filled and submitted
+/// (or counted as lost when the ring is full).
+#[inline(always)]
+fn sample(
+    ctx: &XdpContext,
+    config: &Config,
+    outcome: Outcome,
+    family: Family,
+    address: Option<Address>,
+    hit: u8,
+    bytes: u64,
+) {
+    let rate = read_once(&config.sample_rate) as u64;
+    if rate == 0 {
+        return;
+    }
+    let Some(sampler) = SAMPLERS.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a per-CPU element, only this CPU writes it.
+    let sampler = unsafe { &mut *sampler };
+    let one_in = read_once(&config.sample_one_in);
+    // SAFETY: a helper with no arguments.
+    if one_in > 1 && unsafe { bpf_get_prandom_u32() } % one_in != 0 {
+        sampler.skipped += 1;
+        return;
+    }
+    // SAFETY: a helper with no arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let cost = 1_000_000_000 / rate;
+    let burst = read_once(&config.sample_burst).max(1) as u64;
+    let credit = (sampler.credit_ns + now.wrapping_sub(sampler.refilled_ns)).min(cost * burst);
+    sampler.refilled_ns = now;
+    if credit < cost {
+        sampler.credit_ns = credit;
+        sampler.skipped += 1;
+        return;
+    }
+    sampler.credit_ns = credit - cost;
+    let Some(mut entry) = DROP_EVENTS.reserve(0) else {
+        sampler.lost += 1;
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable DropEvent of the
+    // ring; each field is written before the submit; `ctx.ctx` is the
+    // program's context.
+    unsafe {
+        (*event).timestamp_ns = now;
+        (*event).address = match address {
+            Some(Address::V4(address)) => {
+                let mut octets = [0; 16];
+                octets[..4].copy_from_slice(&address.to_be_bytes());
+                octets
+            }
+            Some(Address::V6(address)) => {
+                ((address.high as u128) << 64 | address.low as u128).to_be_bytes()
+            }
+            None => [0; 16],
+        };
+        (*event).frame_len = bytes as u32;
+        (*event).ifindex = (*ctx.ctx).ingress_ifindex;
+        (*event).rx_queue = (*ctx.ctx).rx_queue_index;
+        (*event).family = family as u8;
+        (*event).outcome = outcome as u8;
+        (*event).prefix_len = hit;
+        let wanted = (read_once(&config.sample_frame_bytes) as u64).min(bytes);
+        let captured = wanted.min(MAX_EVENT_FRAME_BYTES as u64) as u32;
+        (*event).captured = 0;
+        if captured > 0
+            && bpf_xdp_load_bytes(ctx.ctx, 0, (*event).frame.as_mut_ptr().cast(), captured) == 0
+        {
+            (*event).captured = captured as u8;
+        }
+    }
+    entry.submit(0);
+    sampler.sampled += 1;
 }
 
 #[inline(always)]

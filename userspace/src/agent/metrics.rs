@@ -23,6 +23,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{CounterVec, Encoder, Gauge, IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use crate::control::sampled::sampler_counts;
 use crate::control::sizing::{Sizing, HIGH_WATERMARK, LOW_WATERMARK};
 use crate::control::{live_summary, read_counters, FilterSettings, TableSummary};
 use crate::drops::{Attribution, OriginKey};
@@ -314,6 +315,7 @@ type FilterGauge = (Gauge, fn(&TableSummary) -> f64);
 struct DataPlaneFamilies {
     packets: IntCounterVec,
     bytes: IntCounterVec,
+    samples: IntCounterVec,
     filter: [FilterGauge; 4],
 }
 
@@ -335,6 +337,13 @@ impl DataPlaneFamilies {
                 "cfctl_bytes_total",
                 "Bytes seen by the XDP program (whole frames), by outcome and family",
             ),
+            samples: defined(IntCounterVec::new(
+                Opts::new(
+                    "cfctl_drop_samples_total",
+                    "Drops the XDP program sampled for the attribution (sampled), lost to a full ring (lost), or left unsampled by the rate and the one-in-N draw (skipped)",
+                ),
+                &["result"],
+            )),
             filter: [
                 (
                     gauge(
@@ -372,6 +381,7 @@ impl DataPlane {
         let mut descs: Vec<Desc> = Vec::new();
         descs.extend(families.packets.desc().into_iter().cloned());
         descs.extend(families.bytes.desc().into_iter().cloned());
+        descs.extend(families.samples.desc().into_iter().cloned());
         for (gauge, _) in &families.filter {
             descs.extend(gauge.desc().into_iter().cloned());
         }
@@ -404,6 +414,16 @@ impl Collector for DataPlane {
             }
             collected.extend(families.packets.collect());
             collected.extend(families.bytes.collect());
+        }
+        if let Ok(sampler) = sampler_counts(&self.pin_dir) {
+            for (result, count) in [
+                ("sampled", sampler.sampled),
+                ("lost", sampler.lost),
+                ("skipped", sampler.skipped),
+            ] {
+                families.samples.with_label_values(&[result]).inc_by(count);
+            }
+            collected.extend(families.samples.collect());
         }
         if let Some(summary) = live_summary(&self.pin_dir) {
             for (gauge, value) in &families.filter {

@@ -17,6 +17,9 @@
 //!   process has opened the store ([`watch`]: a command may have added a
 //!   listing that expires sooner).
 //! * **Metrics** ([`metrics`]): a Prometheus text endpoint.
+//! * **Drops** ([`drops`]): the program's sampled drops, read on a thread
+//!   of their own and attributed to sources and entries every few
+//!   seconds, for the metrics and the optional log line per drop.
 //!
 //! One agent keeps a store at a time ([`lock`]). Between passes it holds
 //! no lock on the store itself, so `cfctl` commands run beside it and wait
@@ -26,6 +29,7 @@
 //! leaving the XDP attachment in place ([`signals`]).
 
 pub mod config;
+pub mod drops;
 pub mod lock;
 pub mod log;
 pub mod metrics;
@@ -48,6 +52,7 @@ use crate::sources::{AnySource, Fetched, SourceConfig, KINDS};
 use crate::store::ListKind;
 use crate::time::unix_seconds;
 use config::Config;
+use drops::DropWatch;
 use lock::{AgentLock, LockError};
 use metrics::Metrics;
 use signals::Signals;
@@ -155,6 +160,10 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
     };
     let mut agent = Agent::new(options, metrics, config)?;
     if !options.once {
+        agent.drops = Some(
+            DropWatch::start(&options.pin_dir, &options.state_dir, &agent.config.drops)
+                .map_err(AgentError::Signals)?,
+        );
         agent.watch = StoreWatch::new(&options.state_dir)
             .inspect_err(|error| {
                 tracing::warn!(%error, "cannot watch the store; looking at it every {MAX_IDLE:?}");
@@ -236,6 +245,8 @@ struct Agent {
     /// Opens of the store by other processes (none: it cannot be watched,
     /// or the agent runs once).
     watch: Option<StoreWatch>,
+    /// The sampled drops (none when the agent runs once).
+    drops: Option<DropWatch>,
 }
 
 impl Agent {
@@ -251,6 +262,7 @@ impl Agent {
             metrics,
             config: Config {
                 metrics: config.metrics,
+                drops: config.drops.clone(),
                 sources: Vec::new(),
             },
             sources: Vec::new(),
@@ -261,6 +273,7 @@ impl Agent {
             retire_pending: true,
             next_expiry: None,
             watch: None,
+            drops: None,
         };
         agent.take(config)?;
         Ok(agent)
@@ -317,6 +330,9 @@ impl Agent {
         let mut txn = control.store().begin()?;
         record.save(&mut txn)?;
         txn.commit()?;
+        if let Some(drops) = &mut self.drops {
+            drops.configure(&config.drops);
+        }
         self.config = config;
         self.retire_pending = true;
         Ok(())
@@ -387,12 +403,13 @@ impl Agent {
             }
         }
         let expiry_due = self.next_expiry.is_some_and(|at| at <= SystemTime::now());
-        if !fetched.is_empty()
+        let may_change = !fetched.is_empty()
             || expiry_due
             || self.retire_pending
             || touched
-            || self.watch.is_none()
-        {
+            || self.watch.is_none();
+        let drops_need_store = self.drops.as_mut().is_some_and(DropWatch::needs_store);
+        if may_change || drops_need_store {
             let mut control = self.open()?;
             self.expire(&mut control)?;
             for (index, result) in fetched {
@@ -406,6 +423,14 @@ impl Agent {
                 self.retire(&mut control)?;
                 self.retire_pending = false;
             }
+            if let Some(drops) = &mut self.drops {
+                if may_change {
+                    drops.forget_lookups();
+                }
+                if let Err(error) = drops.resolve(control.store()) {
+                    tracing::warn!(%error, "cannot look the sampled drops' addresses up");
+                }
+            }
             // Under the store's lock: what others did before now is read
             // below.
             store_touched(&mut self.watch);
@@ -418,6 +443,9 @@ impl Agent {
             self.metrics.observe_settings(&control.settings()?);
             self.next_expiry = control.store().next_expiry()?;
         }
+        if let Some(drops) = &mut self.drops {
+            drops.attribute(&self.metrics);
+        }
         let now = Instant::now();
         let unwatched = self.watch.is_none().then_some(now + MAX_IDLE);
         let expiry = self
@@ -428,7 +456,12 @@ impl Agent {
             .iter()
             .filter(|running| self.options.may_fetch(running))
             .map(|running| running.source.due());
-        Ok([unwatched, expiry].into_iter().flatten().chain(due).min())
+        let drops = self.drops.as_ref().map(DropWatch::due);
+        Ok([unwatched, expiry, drops]
+            .into_iter()
+            .flatten()
+            .chain(due)
+            .min())
     }
 
     /// Ends the expired listings.

@@ -13,8 +13,6 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use aya::maps::MapData;
-
 use super::capacity::{check_capacity, check_ceiling, WayOut};
 use super::error::{ControlError, Result};
 use super::report::{AttachReport, Attachment, DetachReport};
@@ -24,8 +22,9 @@ use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
 use crate::store::ListKind;
+use crate::xdp::maps::SharedMaps;
 use crate::xdp::pins::{interface_index, interface_mtu};
-use crate::xdp::{AttachMode, FilterProgram, LiveFilter, LoadOptions, PinDir, XdpError};
+use crate::xdp::{AttachMode, FilterProgram, LiveFilter, LoadOptions, PinDir, Sampling, XdpError};
 use crate::{MalformedAction, Mode};
 
 impl Control {
@@ -162,24 +161,22 @@ impl Control {
         live.begin_update();
         live.install(plan)
             .map_err(|error| WayOut::Resize.explain(error))?;
-        live.set_allowlist(&self.stored_allowlist()?)?;
-        live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
-        live.set_store_id(settings.store_id);
+        self.apply_live_settings(&mut live, settings)?;
         live.end_update();
         Ok(())
     }
 
     /// Loads a program for `settings` filled with `plan` and the stored
     /// allowlist, moves every pinned link to it, and pins it in place of
-    /// the old one; it counts into `counters` if given (see
-    /// [`FilterProgram::load_counting_into`]).
+    /// the old one; it shares the counters and samples of `shared` if
+    /// given (see [`FilterProgram::load_sharing`]).
     pub(super) fn install_program(
         &self,
         settings: &FilterSettings,
         plan: &KeyPlan,
-        counters: Option<&MapData>,
+        shared: Option<SharedMaps<'_>>,
     ) -> Result<FilterProgram> {
-        let mut blocklist = self.load_filled(settings, plan, counters)?;
+        let mut blocklist = self.load_filled(settings, plan, shared)?;
         for (_, link) in self.pins.links() {
             blocklist.take_over_pinned_link(&link)?;
         }
@@ -199,7 +196,7 @@ impl Control {
         &self,
         settings: &FilterSettings,
         plan: &KeyPlan,
-        counters: Option<&MapData>,
+        shared: Option<SharedMaps<'_>>,
     ) -> Result<FilterProgram> {
         let shape = settings.shape;
         let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
@@ -219,17 +216,25 @@ impl Control {
             };
             return Err(WayOut::LargerCapacity.full(full));
         }
-        let mut blocklist = match counters {
-            Some(counters) => FilterProgram::load_counting_into(&options, counters)?,
+        let mut blocklist = match shared {
+            Some(shared) => FilterProgram::load_sharing(&options, shared)?,
             None => FilterProgram::load(&options)?,
         };
         let live = blocklist.live();
         live.install(plan)
             .map_err(|error| WayOut::LargerCapacity.explain(error))?;
+        self.apply_live_settings(live, settings)?;
+        Ok(blocklist)
+    }
+
+    /// Gives `live` the stored allowlist, the verdict and sampling
+    /// settings, and the store's id.
+    fn apply_live_settings(&self, live: &mut LiveFilter, settings: &FilterSettings) -> Result<()> {
         live.set_allowlist(&self.stored_allowlist()?)?;
         live.set_verdict_settings(settings.mode, settings.policy, settings.malformed);
+        live.maps().set_sampling(&settings.sampling);
         live.set_store_id(settings.store_id);
-        Ok(blocklist)
+        Ok(())
     }
 
     /// Switches between enforce and monitor mode (live and stored).
@@ -238,6 +243,22 @@ impl Control {
         settings.mode = mode;
         if let Some(live) = self.live_for_update()? {
             live.set_mode(mode);
+        }
+        self.save_settings(&settings)
+    }
+
+    /// Changes how drops are sampled (live and stored); an error naming
+    /// the setting out of range changes nothing.
+    pub fn set_sampling(&mut self, sampling: Sampling) -> Result<()> {
+        if let Some((name, value, range)) = sampling.invalid() {
+            return Err(ControlError::InvalidSetting(format!(
+                "--{name} {value} is out of range ({range})"
+            )));
+        }
+        let mut settings = self.settings()?;
+        settings.sampling = sampling;
+        if let Some(live) = self.live_for_update()? {
+            live.maps().set_sampling(&sampling);
         }
         self.save_settings(&settings)
     }

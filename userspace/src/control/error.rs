@@ -88,6 +88,24 @@ pub enum ControlError {
         /// Fingerprints in the pinned filter.
         keys: usize,
     },
+    /// Another process reads the sampled drops and did not let them go.
+    #[error(
+        "another cfctl reads the sampled drops (it holds {}); only one reader gets them, \
+         try again when it ends",
+        lock.display()
+    )]
+    SamplesBusy {
+        /// The reader lock.
+        lock: PathBuf,
+    },
+    /// The reader lock of the sampled drops cannot be opened.
+    #[error("cannot open the sampled drops' reader lock {}: {source}", lock.display())]
+    SamplesLock {
+        /// The reader lock.
+        lock: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// cfctl has no link on the interface.
     #[error("cfctl is not attached to '{0}'")]
     NotAttachedTo(String),

@@ -14,7 +14,7 @@ use super::Control;
 use crate::plan::{CheckReport, CheckVerdict, KeyPlan, PlanLimits};
 use crate::store::{Entry, ListKind};
 use crate::time::unix_seconds;
-use crate::xdp::PinDir;
+use crate::xdp::{LiveFilter, PinDir};
 use crate::{Family, Outcome, Setting};
 
 impl Control {
@@ -166,6 +166,8 @@ impl Control {
             last_resize: settings.last_resize.clone(),
             max_memory: settings.max_memory,
             fingerprint_bits: settings.shape.fingerprint_bits(),
+            sampling: settings.sampling,
+            samplers: None,
             entries: self.store.entry_count(ListKind::Blocklist)?,
             allowlist_entries: self.store.entry_count(ListKind::Allowlist)?,
             sources: self.source_counts()?,
@@ -191,6 +193,8 @@ impl Control {
             status.policy = live.policy();
             status.malformed = live.malformed_action();
             status.fingerprint_bits = live.shape().fingerprint_bits();
+            status.sampling = live.maps().sampling();
+            status.samplers = Some(live.maps().sampler_counts()?);
             let lengths = live.lengths();
             let summary = live.summary()?;
             let per_packet = |probes: usize| 1.0 - (1.0 - summary.expected_fpr).powi(probes as i32);
@@ -217,15 +221,7 @@ pub fn live_summary(pin_dir: &Path) -> Option<crate::filter::TableSummary> {
 /// Reads every counter of the blocklist pinned in `pin_dir` (no store
 /// needed, so this works while another cfctl holds it).
 pub fn read_counters(pin_dir: &Path) -> Result<Vec<CounterRecord>> {
-    let pins = PinDir::new(pin_dir);
-    let live = pins
-        .open()
-        .map_err(|source| ControlError::Incomplete {
-            pin_dir: pin_dir.to_owned(),
-            source: Box::new(source),
-        })?
-        .ok_or_else(|| ControlError::NotAttached(pin_dir.to_owned()))?;
-    let counters = live.counters()?;
+    let counters = open_pinned(pin_dir)?.counters()?;
     Ok(Outcome::ALL
         .iter()
         .flat_map(|&outcome| Family::ALL.iter().map(move |&family| (outcome, family)))
@@ -239,6 +235,18 @@ pub fn read_counters(pin_dir: &Path) -> Result<Vec<CounterRecord>> {
             }
         })
         .collect())
+}
+
+/// The live filter of the blocklist pinned in `pin_dir`: an error if
+/// none is, or if its pins are incomplete.
+pub(super) fn open_pinned(pin_dir: &Path) -> Result<LiveFilter> {
+    PinDir::new(pin_dir)
+        .open()
+        .map_err(|source| ControlError::Incomplete {
+            pin_dir: pin_dir.to_owned(),
+            source: Box::new(source),
+        })?
+        .ok_or_else(|| ControlError::NotAttached(pin_dir.to_owned()))
 }
 
 /// `198.18.0.0/24`-style text for a filter key.

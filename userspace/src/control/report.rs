@@ -13,6 +13,7 @@ pub use crate::filter::TableSummary;
 use crate::store::Entry;
 use crate::time::unix_seconds;
 pub use crate::xdp::pins::Attachment;
+use crate::xdp::{SamplerCounts, Sampling};
 use crate::{Family, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 
 /// What an attach did.
@@ -213,6 +214,10 @@ pub struct Status {
     pub max_memory: Option<u64>,
     /// Fingerprint width.
     pub fingerprint_bits: u32,
+    /// How drops are sampled (live; stored when not loaded).
+    pub sampling: Sampling,
+    /// What the samplers did, when loaded.
+    pub samplers: Option<SamplerCounts>,
     /// Blocklist entries.
     pub entries: u64,
     /// Allowlist entries.

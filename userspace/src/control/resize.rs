@@ -147,8 +147,8 @@ impl Control {
     /// `to` keys is loaded, filled from the store, and swapped in on every
     /// link atomically (each link switches from the old program to the new
     /// one; both hold every entry), then pinned in place of the old one. The
-    /// new program counts into the old one's counter map, so the counts go
-    /// on.
+    /// new program shares the old one's counters and samples, so the counts
+    /// and the readers go on.
     fn resize_to(&mut self, to: u64, sizing: Sizing, reason: &str) -> Result<Resized> {
         let old = self
             .live_for_update()?
@@ -163,8 +163,7 @@ impl Control {
         settings.mode = old.mode();
         settings.malformed = old.malformed_action();
         let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, settings.plan_limits)?;
-        let counters = old.maps().counters_map()?;
-        self.install_program(&settings, &plan, Some(counters))?;
+        self.install_program(&settings, &plan, Some(old.maps().shared()?))?;
         let resized = Resized {
             at: unix_seconds(std::time::SystemTime::now()),
             from,

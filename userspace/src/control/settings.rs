@@ -10,6 +10,7 @@ use super::error::Result;
 use super::sizing::{Resized, Sizing, MIN_AUTO_CAPACITY};
 use super::Control;
 use crate::plan::PlanLimits;
+use crate::xdp::Sampling;
 use crate::{FilterShape, MalformedAction, MatchAddress, Mode, Policy};
 
 /// The namespace and key of the settings in the store's state.
@@ -49,6 +50,8 @@ pub struct FilterSettings {
     /// What happens to a malformed frame (in enforce mode).
     #[serde(with = "crate::setting_names")]
     pub malformed: MalformedAction,
+    /// How drops are sampled for attribution and capture.
+    pub sampling: Sampling,
     /// Probe budgets and key limit of the prefix plan.
     pub plan_limits: PlanLimits,
     /// This store's id, written into the live filter built from it so that
@@ -70,8 +73,8 @@ impl Default for FilterSettings {
     /// Sized for the store (from [`MIN_AUTO_CAPACITY`] keys), 16-bit fingerprints, seed 0 (choose one when building),
     /// source matching, enforce, deny, malformed frames dropped (the
     /// kernel's IP layer drops every frame the program calls malformed but
-    /// one with more VLAN tags than it follows), default plan limits, no
-    /// id yet.
+    /// one with more VLAN tags than it follows), default sampling,
+    /// default plan limits, no id yet.
     fn default() -> Self {
         Self {
             capacity: MIN_AUTO_CAPACITY,
@@ -84,6 +87,7 @@ impl Default for FilterSettings {
             mode: Mode::Enforce,
             policy: Policy::Deny,
             malformed: MalformedAction::Drop,
+            sampling: Sampling::default(),
             plan_limits: PlanLimits::default(),
             store_id: 0,
         }

@@ -30,14 +30,16 @@
 //!   upper bound.
 
 pub mod capture;
+pub mod report;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 
 use ipnet::IpNet;
 use topk::FilteredSpaceSaving;
 
-use crate::store::{ListKind, Store, StoreError};
+use crate::store::{Access, DirCheck, ListKind, Store, StoreError};
 use crate::{DropEvent, Family, Outcome, Setting, NO_PREFIX};
 
 /// The origin of drops the allow policy made (no entry involved).
@@ -100,8 +102,13 @@ impl Sample {
     /// Whether its drop is shared out (dropped or would-drop, with an
     /// address).
     fn attributed(&self) -> bool {
-        self.address.is_some() && matches!(self.outcome, Outcome::Dropped | Outcome::WouldDrop)
+        self.address.is_some() && shared_out(self.outcome)
     }
+}
+
+/// Whether the drops of `outcome` are shared out among their samples.
+fn shared_out(outcome: Outcome) -> bool {
+    matches!(outcome, Outcome::Dropped | Outcome::WouldDrop)
 }
 
 /// A blocklist entry covering an address, and the sources listing it.
@@ -157,6 +164,32 @@ impl Covers {
             self.resolved.insert(address, covers);
         }
         Ok(())
+    }
+
+    /// [`Covers::resolve`] with the store in `state_dir` opened read-only
+    /// for the lookup; false (nothing looked up) while another process
+    /// holds it for writing, or while it does not exist yet.
+    pub fn resolve_from(
+        &mut self,
+        state_dir: &Path,
+        check: DirCheck,
+        samples: &[Sample],
+    ) -> Result<bool, StoreError> {
+        let unresolved = samples
+            .iter()
+            .filter_map(|sample| sample.address)
+            .any(|address| !self.resolved.contains_key(&address));
+        if !unresolved {
+            return Ok(true);
+        }
+        if !state_dir.join(Store::FILE_NAME).exists() {
+            return Ok(false);
+        }
+        match Store::open_with(state_dir, Access::ReadOnly, check) {
+            Ok(store) => self.resolve(&store, samples).map(|()| true),
+            Err(StoreError::Busy { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// The entries covering `address`, if it was resolved.
@@ -287,7 +320,10 @@ impl Attribution {
     ) {
         let every_drop_sampled = unsampled == self.unsampled;
         self.unsampled = unsampled;
-        for (group, now) in counters {
+        for (group, now) in counters
+            .into_iter()
+            .filter(|((outcome, _), _)| shared_out(*outcome))
+        {
             let before = self.counted.insert(group, now).unwrap_or_default();
             let owed = self.owed.entry(group).or_default();
             owed.packets += now.packets.saturating_sub(before.packets);
@@ -301,10 +337,14 @@ impl Attribution {
         }
         let mut shares = HashMap::new();
         for (group, (count, frame_bytes)) in groups {
-            let owed = self.owed.remove(&group).unwrap_or_default();
+            let owed = self.owed.entry(group).or_default();
             let share = if every_drop_sampled {
+                // Each sample is its own drop: the counters' gain is paid.
+                owed.packets = owed.packets.saturating_sub(count);
+                owed.bytes = owed.bytes.saturating_sub(frame_bytes);
                 None
             } else {
+                let owed = std::mem::take(owed);
                 Some(Share {
                     packets: owed.packets as f64 / count as f64,
                     bytes: owed.bytes as f64 / frame_bytes.max(1) as f64,

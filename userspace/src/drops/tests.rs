@@ -42,6 +42,22 @@ fn covers() -> Covers {
     covers
 }
 
+/// An IPv4 event of `outcome` whose probe at `prefix_len` hit.
+fn event(outcome: Outcome, prefix_len: u8) -> DropEvent {
+    DropEvent {
+        timestamp_ns: 5,
+        address: [0; 16],
+        frame_len: 64,
+        ifindex: 2,
+        rx_queue: 1,
+        family: Family::Ipv4 as u8,
+        outcome: outcome as u8,
+        prefix_len,
+        captured: 0,
+        frame: [0; cfxdp::MAX_EVENT_FRAME_BYTES],
+    }
+}
+
 fn exact(packets: u64, bytes: u64) -> [((Outcome, Family), Exact); 1] {
     [(DROPPED_V4, Exact { packets, bytes })]
 }
@@ -120,19 +136,7 @@ fn drops_without_a_sample_wait_for_the_next_batch() {
 #[test]
 fn malformed_frames_are_not_attributed() {
     let mut attribution = Attribution::new(exact(0, 0), 0);
-    let event = DropEvent {
-        timestamp_ns: 1,
-        address: [0; 16],
-        frame_len: 20,
-        ifindex: 3,
-        rx_queue: 0,
-        family: Family::Ipv4 as u8,
-        outcome: Outcome::Malformed as u8,
-        prefix_len: NO_PREFIX,
-        captured: 0,
-        frame: [0; cfxdp::MAX_EVENT_FRAME_BYTES],
-    };
-    let malformed = Sample::from_event(&event).unwrap();
+    let malformed = Sample::from_event(&event(Outcome::Malformed, NO_PREFIX)).unwrap();
     assert_eq!(malformed.address, None);
     attribution.record(&[malformed], &covers(), exact(0, 0), 0);
     assert!(attribution.origins().is_empty());
@@ -141,18 +145,7 @@ fn malformed_frames_are_not_attributed() {
 
 #[test]
 fn events_decode() {
-    let mut event = DropEvent {
-        timestamp_ns: 5,
-        address: [0; 16],
-        frame_len: 64,
-        ifindex: 2,
-        rx_queue: 1,
-        family: Family::Ipv4 as u8,
-        outcome: Outcome::WouldDrop as u8,
-        prefix_len: 24,
-        captured: 0,
-        frame: [0; cfxdp::MAX_EVENT_FRAME_BYTES],
-    };
+    let mut event = event(Outcome::WouldDrop, 24);
     event.address[..4].copy_from_slice(&[198, 18, 174, 1]);
     let decoded = Sample::from_event(&event).unwrap();
     assert_eq!(decoded.address, Some("198.18.174.1".parse().unwrap()));
@@ -194,4 +187,15 @@ fn entries_past_the_bound_share_one_line() {
         origin(&attribution, "feed:a").sampled,
         MAX_ENTRIES as u64 + 1
     );
+}
+
+#[test]
+fn drops_paid_by_exact_samples_are_not_owed_later() {
+    let mut attribution = Attribution::new(exact(0, 0), 0);
+    let one = [sample("198.18.174.2", Some(24), 100)];
+    attribution.record(&one, &covers(), exact(1, 100), 0);
+    // Sampling falls behind: 10 drops, one sample, which stands for them
+    // all and not for the drop the first batch paid already.
+    attribution.record(&one, &covers(), exact(11, 1100), 9);
+    assert_eq!(origin(&attribution, "feed:a").packets, 11.0);
 }

@@ -52,6 +52,11 @@ impl LiveFilter {
         &self.maps
     }
 
+    /// The maps underneath, kept.
+    pub fn into_maps(self) -> FilterMaps {
+        self.maps
+    }
+
     /// The maps underneath, to change them directly (data-plane tests).
     pub fn maps_mut(&mut self) -> &mut FilterMaps {
         &mut self.maps

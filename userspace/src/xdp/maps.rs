@@ -1,8 +1,8 @@
 //! The maps of a loaded or pinned blocklist ([`FilterMaps`]): the
 //! mmapped config with its two profiles, the outer map of filter tables
 //! and the atomic swap between them, and the per-CPU counters. The block
-//! prefilter and the allowlist tries are in their own modules
-//! ([`super::prefilter`], [`super::allowlist`]).
+//! prefilter, the allowlist tries and the sampled drops are in their own
+//! modules ([`super::prefilter`], [`super::allowlist`], [`super::sampling`]).
 //!
 //! The config is changed one aligned field at a time with atomic stores,
 //! which the program reads once per packet; see the [module
@@ -21,7 +21,7 @@ use cfxdp::prefilter::{skip_bit, Prefilter};
 use cfxdp::{
     counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
     Outcome, Policy, Setting, ABI_VERSION, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
-    MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
+    DROP_EVENTS_MAP, MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT, SAMPLERS_MAP,
 };
 use filter_core::AddressFamily;
 
@@ -115,8 +115,34 @@ pub struct FilterMaps {
     pub(super) prefilters: MappedMap,
     prefilter_map: Map,
     counters: Map,
+    pub(super) drop_events: Map,
+    pub(super) samplers: Map,
     pub(super) allow_v4: Map,
     pub(super) allow_v6: Map,
+}
+
+/// The maps a program that takes over from another one shares with it
+/// ([`FilterMaps::shared`]): the counters, the ring of sampled drops and
+/// the samplers, so that counts and readers go on across the switch.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedMaps<'maps> {
+    /// The per-CPU counters.
+    pub counters: &'maps MapData,
+    /// The ring of sampled drops.
+    pub drop_events: &'maps MapData,
+    /// The per-CPU samplers.
+    pub samplers: &'maps MapData,
+}
+
+impl SharedMaps<'_> {
+    /// Each map with its name.
+    pub fn named(&self) -> [(&'static str, &MapData); 3] {
+        [
+            (COUNTERS_MAP, self.counters),
+            (DROP_EVENTS_MAP, self.drop_events),
+            (SAMPLERS_MAP, self.samplers),
+        ]
+    }
 }
 
 impl FilterMaps {
@@ -137,6 +163,8 @@ impl FilterMaps {
         let filters = map(shape.outer_map())?;
         let prefilter_map = map(PREFILTER_MAP)?;
         let counters = map(COUNTERS_MAP)?;
+        let drop_events = map(DROP_EVENTS_MAP)?;
+        let samplers = map(SAMPLERS_MAP)?;
         let allow_v4 = map(ALLOW_V4_MAP)?;
         let allow_v6 = map(ALLOW_V6_MAP)?;
         let config: MappedValue<Config> = map_value(&config_map, CONFIG_MAP)?;
@@ -168,6 +196,8 @@ impl FilterMaps {
             prefilters,
             prefilter_map,
             counters,
+            drop_events,
+            samplers,
             allow_v4,
             allow_v6,
         })
@@ -189,13 +219,16 @@ impl FilterMaps {
     }
 
     /// Pins every map in `dir` under its name (`CONFIG`, `PREFILTERS`,
-    /// `COUNTERS`, `ALLOW_V4`, `ALLOW_V6` and the shape's `FILTERS_FP*`).
+    /// `COUNTERS`, `DROP_EVENTS`, `SAMPLERS`, `ALLOW_V4`, `ALLOW_V6` and
+    /// the shape's `FILTERS_FP*`).
     pub fn pin(&self, dir: &Path) -> Result<()> {
         for (name, map) in [
             (CONFIG_MAP, &self.config_map),
             (self.shape.outer_map(), &self.filters),
             (PREFILTER_MAP, &self.prefilter_map),
             (COUNTERS_MAP, &self.counters),
+            (DROP_EVENTS_MAP, &self.drop_events),
+            (SAMPLERS_MAP, &self.samplers),
             (ALLOW_V4_MAP, &self.allow_v4),
             (ALLOW_V6_MAP, &self.allow_v6),
         ] {
@@ -206,13 +239,26 @@ impl FilterMaps {
         Ok(())
     }
 
-    /// The per-CPU counter map, to hand to a program that takes over
-    /// ([`FilterProgram::load_counting_into`]).
-    pub fn counters_map(&self) -> Result<&MapData> {
-        match &self.counters {
-            Map::PerCpuArray(data) => Ok(data),
-            _ => Err(XdpError::MissingMap(COUNTERS_MAP)),
-        }
+    /// The maps to hand to a program that takes over
+    /// ([`FilterProgram::load_sharing`]).
+    pub fn shared(&self) -> Result<SharedMaps<'_>> {
+        let counters = match &self.counters {
+            Map::PerCpuArray(data) => data,
+            _ => return Err(XdpError::MissingMap(COUNTERS_MAP)),
+        };
+        let drop_events = match &self.drop_events {
+            Map::RingBuf(data) => data,
+            _ => return Err(XdpError::MissingMap(DROP_EVENTS_MAP)),
+        };
+        let samplers = match &self.samplers {
+            Map::PerCpuArray(data) => data,
+            _ => return Err(XdpError::MissingMap(SAMPLERS_MAP)),
+        };
+        Ok(SharedMaps {
+            counters,
+            drop_events,
+            samplers,
+        })
     }
 
     /// Buckets of every filter table of the program.

@@ -1,6 +1,7 @@
 //! Everything that touches the XDP program and its maps: loading the
 //! object, attaching, pinning, the config, the filter tables, the block
-//! prefilter, the allowlist and the counters. The control plane reaches it
+//! prefilter, the allowlist, the counters and the sampled drops. The control
+//! plane reaches it
 //! through two types: [`LiveFilter`], the shape-erased filter of a loaded
 //! or pinned program (install a plan, write a diff, probe keys, settings),
 //! and [`PinDir`], the bpffs directory that keeps a program attached
@@ -11,6 +12,7 @@
 //! | [`program`] | loading the object ([`FilterProgram`]), attaching, links, test runs |
 //! | [`maps`] | the maps of a program ([`FilterMaps`]): config, profiles, the atomic table swap, counters |
 //! | [`prefilter`] | the block prefilter's bits in the live profile |
+//! | [`sampling`] | the sampled drops: settings, sampler counts, the ring's reader |
 //! | [`allowlist`] | the allowlist tries |
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
 //! | [`pins`] | [`PinDir`]: the pin directory, bpffs, links per interface |
@@ -75,6 +77,7 @@ pub mod pins;
 pub mod prefilter;
 pub mod preload;
 pub mod program;
+pub mod sampling;
 pub mod table;
 pub mod test_run;
 
@@ -93,6 +96,7 @@ pub use live::LiveFilter;
 pub use maps::{Counters, FilterMaps};
 pub use pins::PinDir;
 pub use program::{FilterProgram, LoadOptions};
+pub use sampling::{DropEvents, SamplerCounts, Sampling};
 pub use table::{FilterTable, TableError};
 
 use crate::filter::FilterFull;
@@ -238,6 +242,14 @@ pub enum XdpError {
     /// A table the filter code cannot run on.
     #[error("the filter table is unusable: {0}")]
     Storage(String),
+    /// Waiting on a map's descriptor failed.
+    #[error("cannot wait for map {name}: {source}")]
+    Poll {
+        /// Map name.
+        name: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// BPF_PROG_TEST_RUN failed.
     #[error("test run of {program}: {source}")]
     TestRun {

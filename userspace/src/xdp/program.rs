@@ -10,7 +10,6 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use aya::maps::MapData;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::xdp::XdpLink;
 use aya::programs::Xdp;
@@ -18,11 +17,11 @@ use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use cfxdp::prefilter::Prefilter;
 use cfxdp::{
-    by_shape, FilterShape, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP, COUNTERS_MAP,
+    by_shape, FilterShape, MatchAddress, Setting, ALLOW_V4_MAP, ALLOW_V6_MAP,
     DEFAULT_ALLOWLIST_ENTRIES, MATCH_DESTINATION_GLOBAL,
 };
 
-use super::maps::{filter_profile, FilterMaps};
+use super::maps::{filter_profile, FilterMaps, SharedMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
 use super::test_run::{run_xdp, TestRun};
@@ -80,17 +79,18 @@ impl FilterProgram {
         Self::load_with(options, None)
     }
 
-    /// Like [`Self::load`], but the new program counts into `counters`, the
-    /// counter map of another blocklist ([`FilterMaps::counters_map`]).
-    /// A program that takes over from another one (a resize) goes on
-    /// counting where the old one stopped: while the links switch over,
-    /// both programs add to the same per-CPU values, so no packet is lost
-    /// from the counts or counted twice.
-    pub fn load_counting_into(options: &LoadOptions, counters: &MapData) -> Result<Self> {
-        Self::load_with(options, Some(counters))
+    /// Like [`Self::load`], but the new program uses the counters, the
+    /// ring of sampled drops and the samplers of another blocklist
+    /// ([`FilterMaps::shared`]). A program that takes over from another
+    /// one (a resize) goes on counting where the old one stopped: while
+    /// the links switch over, both programs add to the same per-CPU
+    /// values, so no packet is lost from the counts or counted twice, and
+    /// a reader of the samples reads on.
+    pub fn load_sharing(options: &LoadOptions, shared: SharedMaps<'_>) -> Result<Self> {
+        Self::load_with(options, Some(shared))
     }
 
-    fn load_with(options: &LoadOptions, counters: Option<&MapData>) -> Result<Self> {
+    fn load_with(options: &LoadOptions, shared: Option<SharedMaps<'_>>) -> Result<Self> {
         let outer_name = options.shape.outer_map();
         let table = by_shape!(options.shape, empty_table(options.bucket_count))?;
         let outer = preload::create_outer_map(outer_name, table.map())
@@ -108,13 +108,13 @@ impl FilterProgram {
             .map_max_entries(ALLOW_V4_MAP, options.allowlist_entries)
             .map_max_entries(ALLOW_V6_MAP, options.allowlist_entries)
             .map_pin_path(outer_name, pin);
-        if let Some(counters) = counters {
-            let pin = bpffs.path().join(COUNTERS_MAP);
-            counters.pin(&pin).map_err(|source| XdpError::Pin {
+        for (name, map) in shared.iter().flat_map(SharedMaps::named) {
+            let pin = bpffs.path().join(name);
+            map.pin(&pin).map_err(|source| XdpError::Pin {
                 path: pin.clone(),
                 source,
             })?;
-            loader.map_pin_path(COUNTERS_MAP, pin);
+            loader.map_pin_path(name, pin);
         }
         let mut ebpf = loader.load(CFXDP_OBJECT)?;
         drop(bpffs);

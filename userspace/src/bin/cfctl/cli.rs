@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cfctl::control::{AttachMode, CapacityChoice, MemoryCeiling};
+use cfctl::control::{AttachMode, CapacityChoice, MemoryCeiling, Sampling};
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
 use cfctl::sources::cli::SOURCE as CLI_SOURCE;
@@ -176,8 +176,35 @@ pub enum Command {
     /// Show interfaces, settings, entries, filter load and expected
     /// false-positive rate.
     Status,
-    /// Show packet and byte counters by outcome and family.
+    /// Show packet and byte counters by outcome and family, or which
+    /// sources, entries, addresses or interfaces the drops come from.
+    ///
+    /// With --by, cfctl reads the program's sampled drops for --seconds
+    /// and shares the exact drop counters out among the entries covering
+    /// each sampled address (an address two sources list counts for
+    /// both). Figures are exact while the sampling keeps up with every
+    /// drop, estimates otherwise.
     Stats(StatsArgs),
+    /// Watch the sources, entries and addresses dropped most, refreshing
+    /// in place (q or Ctrl-C ends it); --once prints one view and ends.
+    Top(TopArgs),
+    /// Write sampled dropped frames to a pcap file that tcpdump -r and
+    /// Wireshark read.
+    ///
+    /// Each frame is cut at the sampling's frame bytes (cfctl sampling
+    /// --frame-bytes, at most 128) and keeps its original length. Ends
+    /// after --count frames or --seconds, or at Ctrl-C.
+    Capture(CaptureArgs),
+    /// Show or change how dropped packets are sampled for stats --by, top,
+    /// capture and the agent's drop figures.
+    ///
+    /// A dropped packet is a candidate with probability 1/--one-in; each
+    /// CPU then samples candidates up to --rate per second, in bursts of
+    /// at most --burst, with the frame's first --frame-bytes bytes. Drops
+    /// left unsampled are counted, so shares stay unbiased. --rate 0 turns
+    /// sampling off; flags not given keep their value. With no flag, shows
+    /// the settings and what the samplers did.
+    Sampling(SamplingArgs),
     /// Drop listed packets (enforce) or only count them (monitor).
     Mode(ModeArgs),
     /// Drop malformed frames or pass them.
@@ -229,6 +256,9 @@ impl Command {
             Command::Import(_) => "import",
             Command::Status => "status",
             Command::Stats(_) => "stats",
+            Command::Top(_) => "top",
+            Command::Capture(_) => "capture",
+            Command::Sampling(_) => "sampling",
             Command::Mode(_) => "mode",
             Command::Malformed(_) => "malformed",
             Command::Verify => "verify",
@@ -495,8 +525,64 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Print rates every SECONDS (0.1 to 86400) until interrupted.
-    #[arg(long, value_name = "SECONDS", value_parser = watch_interval)]
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval, conflicts_with = "by")]
     pub watch: Option<Duration>,
+    /// Show the drops by source, entry, address or interface.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<DropsBy>,
+    /// With --by: how long to read the sampled drops (0.1 to 86400).
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval, default_value = "10", requires = "by")]
+    pub seconds: Duration,
+    /// With --by: end once this many sampled drops are attributed (or
+    /// --seconds have passed).
+    #[arg(long, value_name = "N", requires = "by")]
+    pub count: Option<u64>,
+    /// With --by: the most rows shown.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "by")]
+    pub limit: usize,
+}
+
+/// What `stats --by` groups the drops by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DropsBy {
+    /// The source of the entries covering the address.
+    Source,
+    /// The blocklist entry.
+    Entry,
+    /// The dropped address.
+    Address,
+    /// The interface the packet arrived on.
+    Interface,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Print one view (after --interval) and end; with --json, as JSON.
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh every SECONDS (0.1 to 86400).
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval, default_value = "2")]
+    pub interval: Duration,
+    /// The most rows of each table.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// Capture dropped frames (and, in monitor mode, those enforce mode
+    /// drops): the only kind there is.
+    #[arg(long, required = true)]
+    pub dropped: bool,
+    /// The pcap file to write (`-` for standard output).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub file: PathBuf,
+    /// End after this many frames.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// End after this long (0.1 to 86400 seconds).
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval)]
+    pub seconds: Option<Duration>,
 }
 
 /// The shortest and longest `stats --watch` intervals, in seconds.
@@ -516,6 +602,43 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+#[derive(Debug, Args)]
+pub struct SamplingArgs {
+    /// Samples per second and CPU at most (0: off; default 1000).
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u32>,
+    /// Samples one CPU takes at once at most (default 1000).
+    #[arg(long, value_name = "N")]
+    pub burst: Option<u32>,
+    /// Sample one drop in N at random (default 1: every drop).
+    #[arg(long, value_name = "N")]
+    pub one_in: Option<u32>,
+    /// Bytes of each sampled frame kept for capture, 0 to 128 (default
+    /// 128).
+    #[arg(long, value_name = "N")]
+    pub frame_bytes: Option<u32>,
+}
+
+impl SamplingArgs {
+    /// `current` with the flags given.
+    pub fn applied_to(&self, current: Sampling) -> Sampling {
+        Sampling {
+            rate: self.rate.unwrap_or(current.rate),
+            burst: self.burst.unwrap_or(current.burst),
+            one_in: self.one_in.unwrap_or(current.one_in),
+            frame_bytes: self.frame_bytes.unwrap_or(current.frame_bytes),
+        }
+    }
+
+    /// Whether any flag is given.
+    pub fn changes(&self) -> bool {
+        self.rate.is_some()
+            || self.burst.is_some()
+            || self.one_in.is_some()
+            || self.frame_bytes.is_some()
+    }
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,9 @@ pub fn run(global: &GlobalOptions, target: &str, command: &Command) -> anyhow::R
                 .collect(),
         ),
         Command::Check(args) => DeviceInput::Address(parse_address(&args.address)?),
+        Command::Stats(args) if args.by.is_some() => {
+            bail!("`cfctl stats --by` has no meaning for a device: it samples the XDP program's drops")
+        }
         Command::Status | Command::Stats(_) | Command::Save => DeviceInput::Nothing,
         _ => bail!(
             "`cfctl {}` has no meaning for a device; a device takes add, del, check, import, \

@@ -7,13 +7,17 @@
 mod agent;
 mod cli;
 mod device;
+mod drops;
 mod input;
 mod progress;
 mod report;
+mod top;
 mod xdp;
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use cfctl::text::Escaped;
@@ -146,6 +150,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             None => xdp::run(global, command),
         },
     }
+}
+
+/// A flag SIGINT and SIGTERM set, for a command that ends cleanly on
+/// them (a capture finishes its file).
+pub(crate) fn interrupted() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&flag))
+            .context("cannot handle SIGINT and SIGTERM")?;
+    }
+    Ok(flag)
 }
 
 /// Prints `value` as JSON with `--json`, else with `human`.

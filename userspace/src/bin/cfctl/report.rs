@@ -15,11 +15,14 @@ use cfctl::control::{
     AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport, EntryRecord,
     FilterUpdate, Status, TableSummary, VerifyReport, PREFILTER_BYTES,
 };
+use cfctl::drops::report::DropReport;
 use cfctl::netlist::export_line;
 use cfctl::text::{thousands, Escaped};
 use cfctl::time::utc;
 use cfctl::{MalformedAction, MatchAddress, Setting};
 use serde::Serialize;
+
+use crate::cli::DropsBy;
 
 /// Prints `value` as one line of JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
@@ -313,6 +316,7 @@ pub fn status(full: &FullStatus) {
         println!("next expiry  {}", utc(next));
     }
     agent(full);
+    sampling(status);
     sizing(status);
     match &status.filter {
         None => println!(
@@ -346,6 +350,35 @@ pub fn status(full: &FullStatus) {
                 status.ipv6_packet_fpr.unwrap_or(0.0)
             );
         }
+    }
+}
+
+/// The status lines of drop sampling: the settings and, when loaded,
+/// what the samplers did.
+pub fn sampling(status: &Status) {
+    let sampling = &status.sampling;
+    if sampling.rate == 0 {
+        println!("sampling     off (`cfctl sampling --rate N` turns it on)");
+    } else {
+        let one_in = if sampling.one_in > 1 {
+            format!("one drop in {}", thousands(sampling.one_in.into()))
+        } else {
+            "every drop".to_owned()
+        };
+        println!(
+            "sampling     {one_in}, up to {}/s per CPU (bursts of {}), {} frame bytes",
+            thousands(sampling.rate.into()),
+            thousands(sampling.burst.into()),
+            sampling.frame_bytes
+        );
+    }
+    if let Some(samplers) = &status.samplers {
+        println!(
+            "samples      {} sampled, {} lost to a full ring, {} left unsampled",
+            thousands(samplers.sampled),
+            thousands(samplers.lost),
+            thousands(samplers.skipped)
+        );
     }
 }
 
@@ -588,5 +621,89 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(1_000_025), "1,000,025");
+    }
+}
+
+/// `cfctl stats --by WHAT`: one table of the drops.
+pub fn drops_by(report: &DropReport, by: DropsBy) {
+    println!("{} sampled drops attributed", thousands(report.sampled));
+    match by {
+        DropsBy::Source => drop_origins(report),
+        DropsBy::Entry => drop_entries(report),
+        DropsBy::Address => drop_addresses(report),
+        DropsBy::Interface => drop_interfaces(report),
+    }
+}
+
+/// `cfctl top --once`: the tables of `top`, one after the other.
+pub fn drops_top(report: &DropReport) {
+    println!("{} sampled drops attributed", thousands(report.sampled));
+    drop_origins(report);
+    println!();
+    drop_entries(report);
+    println!();
+    drop_addresses(report);
+}
+
+fn drop_origins(report: &DropReport) {
+    println!(
+        "{:<24} {:<6} {:<10} {:>12} {:>14} {:>9}",
+        "source", "family", "outcome", "packets", "bytes", "sampled"
+    );
+    for row in &report.origins {
+        println!(
+            "{:<24} {:<6} {:<10} {:>12.0} {:>14.0} {:>9}",
+            Escaped(&row.origin).to_string(),
+            row.ip_type,
+            row.outcome,
+            row.figures.packets,
+            row.figures.bytes,
+            row.figures.sampled
+        );
+    }
+}
+
+fn drop_entries(report: &DropReport) {
+    println!(
+        "{:<43} {:>12} {:>9}  sources",
+        "entry", "packets", "sampled"
+    );
+    for row in &report.entries {
+        println!(
+            "{:<43} {:>12.0} {:>9}  {}",
+            row.entry.to_string(),
+            row.figures.packets,
+            row.figures.sampled,
+            Escaped(&row.sources.join(","))
+        );
+    }
+}
+
+fn drop_addresses(report: &DropReport) {
+    println!("{:<39} {:>9} {:>7}", "address", "sampled", "share");
+    for row in &report.addresses {
+        println!(
+            "{:<39} {:>9} {:>6.1}%",
+            row.address.to_string(),
+            row.sampled,
+            row.share * 100.0
+        );
+    }
+}
+
+fn drop_interfaces(report: &DropReport) {
+    println!(
+        "{:<16} {:>7} {:>12} {:>14} {:>9}",
+        "interface", "index", "packets", "bytes", "sampled"
+    );
+    for row in &report.interfaces {
+        println!(
+            "{:<16} {:>7} {:>12.0} {:>14.0} {:>9}",
+            Escaped(row.interface.as_deref().unwrap_or("-")).to_string(),
+            row.ifindex,
+            row.figures.packets,
+            row.figures.bytes,
+            row.figures.sampled
+        );
     }
 }

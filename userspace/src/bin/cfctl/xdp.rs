@@ -26,7 +26,14 @@ use crate::{answer_check, print, report};
 /// `--state-dir`.
 pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
     match command {
-        Command::Stats(args) => return stats(global, args.watch),
+        Command::Stats(args) => {
+            return match args.by {
+                Some(by) => crate::drops::stats_by(global, args, by),
+                None => stats(global, args.watch),
+            }
+        }
+        Command::Top(args) => return crate::drops::top(global, args),
+        Command::Capture(args) => return crate::drops::capture(global, args),
         Command::Save => {
             bail!("`cfctl save` needs --device (the XDP store is saved on every change)")
         }
@@ -46,6 +53,7 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
     let store_use = match command {
         Command::Attach(_) | Command::Add(_) | Command::Import(_) => StoreUse::Create,
         Command::Allow(AllowCommand::Add(_)) => StoreUse::Create,
+        Command::Sampling(args) if !args.changes() => StoreUse::Read,
         Command::List(_)
         | Command::Export(_)
         | Command::Check(_)
@@ -124,6 +132,18 @@ fn on_store(
                 println!("mode: {name}")
             })
         }
+        Command::Sampling(args) => {
+            if args.changes() {
+                let sampling = args.applied_to(control.settings()?.sampling);
+                control.set_sampling(sampling)?;
+            }
+            let status = control.status()?;
+            let shown = serde_json::json!({
+                "sampling": status.sampling,
+                "samplers": status.samplers,
+            });
+            print(global, &shown, |_| report::sampling(&status))
+        }
         Command::Malformed(args) => {
             control.set_malformed_action(args.action)?;
             let name = args.action.name();
@@ -137,6 +157,8 @@ fn on_store(
             print(global, &summary, report::resize)
         }
         Command::Stats(_)
+        | Command::Top(_)
+        | Command::Capture(_)
         | Command::Save
         | Command::Agent(_)
         | Command::Detach(_)
