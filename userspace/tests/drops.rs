@@ -153,9 +153,23 @@ fn packets_by_origin(report: &serde_json::Value) -> BTreeMap<String, f64> {
 fn drops_by_source_are_exact_when_every_drop_is_sampled() {
     let (network, cfctl) = attached(179, "exact", "4096", "native");
     three_sources(&cfctl, 179);
+    let refused = cfctl.run(&["sampling", "--frame-bytes", "200", "--rate", "5"]);
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        error.contains("--frame-bytes 200"),
+        "names the flag: {error}"
+    );
+    let unchanged = cfctl.json(&["sampling"]);
+    assert_eq!(
+        unchanged["sampling"]["rate"], 1000,
+        "nothing changed: {unchanged}"
+    );
     cfctl.ok(&[
         "sampling", "--rate", "1000000", "--burst", "100000", "--one-in", "1",
     ]);
+    let status = cfctl.json(&["status"]);
+    assert_eq!(status["sampling"]["rate"], 1_000_000, "live: {status}");
     // 1,000 samples fit the ring whether or not the reader keeps up.
     let frames = split_traffic(179, 1000);
     let report = stats_by_source_of(&cfctl, &network, &frames, 1000);

@@ -58,12 +58,6 @@ impl Sampling {
             .find(|&(_, value, low, high)| !(low..=high).contains(&value))
             .map(|(name, value, low, high)| (name, value, format!("{low} to {high}")))
     }
-
-    /// Whether every drop is a candidate (the attribution is exact while
-    /// the bucket keeps up).
-    pub fn every_drop(&self) -> bool {
-        self.rate > 0 && self.one_in <= 1
-    }
 }
 
 impl Default for Sampling {
@@ -212,5 +206,38 @@ impl DropEvents {
     /// The frame bytes the program copies into each event now.
     pub fn frame_bytes(&self) -> u32 {
         self.maps.sampling().frame_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_out_of_range_are_named_with_their_bounds() {
+        assert_eq!(Sampling::default().invalid(), None);
+        let off = Sampling {
+            rate: 0,
+            ..Sampling::default()
+        };
+        assert_eq!(off.invalid(), None);
+        let too_long = Sampling {
+            frame_bytes: 129,
+            ..Sampling::default()
+        };
+        assert_eq!(
+            too_long.invalid(),
+            Some(("frame-bytes", 129, "0 to 128".to_owned()))
+        );
+        let no_burst = Sampling {
+            burst: 0,
+            ..Sampling::default()
+        };
+        assert_eq!(no_burst.invalid().map(|(name, ..)| name), Some("burst"));
+        let never = Sampling {
+            one_in: 0,
+            ..Sampling::default()
+        };
+        assert_eq!(never.invalid().map(|(name, ..)| name), Some("one-in"));
     }
 }
