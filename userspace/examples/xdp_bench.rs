@@ -25,11 +25,18 @@
 //!   group, the rest random), with its prefilter as configured and with
 //!   every bit set, beside the parse-only floor.
 //!
+//! * **drop sampling under diverse traffic** (`-- --sampling
+//!   [NETSET_FILE]`, on its own): the filter of FireHOL level 1 (8
+//!   lengths) with sampling off, at its default rate and with every drop
+//!   sampled, in rounds, while a reader drains the ring as `cfctl` does,
+//!   beside the parse-only floor.
+//!
 //! The frames carry a destination MAC address that is not the host end's,
 //! so whatever a program passes is dropped by the host's stack unrouted.
 //! Prints markdown tables. Needs root.
 //!
 //! `cargo run -p cfctl --release --example xdp_bench [-- NETSET_FILE]`
+//! (or `-- --ipv6 [FILE]`, `-- --sampling [NETSET_FILE]`)
 //! (default: ../shared/data/blocklists/firehol_level1.netset from the
 //! repository root).
 
@@ -38,9 +45,10 @@ use std::fs::File;
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aya::maps::lpm_trie::Key;
@@ -52,7 +60,9 @@ use cfctl::control::sizing::auto_capacity;
 use cfctl::plan::{KeyPlan, PlanLimits};
 use cfctl::xdp::mapped::MappedValue;
 use cfctl::xdp::test_run::{run_xdp, TestRun, XdpAction};
-use cfctl::xdp::{AttachMode, FilterProgram, LoadOptions};
+use cfctl::xdp::{
+    AttachMode, DropEvents, FilterProgram, LoadOptions, PinDir, SamplerCounts, Sampling,
+};
 use cfxdp::prefilter::Prefilter;
 use cfxdp::{
     baseline_hash_key, BaselineLengths, FilterShape, BASELINE_HASH_MAP, BASELINE_HASH_PROGRAM,
@@ -700,18 +710,14 @@ fn harness_floor() -> BenchResult<u32> {
 }
 
 fn main() -> BenchResult<()> {
-    if std::env::args().nth(1).as_deref() == Some("--ipv6") {
-        return bench_ipv6_prefilter();
+    match std::env::args().nth(1).as_deref() {
+        Some("--ipv6") => return bench_ipv6_prefilter(),
+        Some("--sampling") => return bench_sampling(),
+        _ => {}
     }
     let floor_ns = harness_floor()?;
     println!("Harness floor (baseline program on a non-IP frame: test run + Ethernet parse): {floor_ns} ns/packet\n");
-    let netset = std::env::args_os().nth(1).map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/data/blocklists/firehol_level1.netset")
-        },
-        PathBuf::from,
-    );
+    let netset = netset_argument(1);
     let both = Baselines {
         hash: true,
         lpm: true,
@@ -805,6 +811,17 @@ fn main() -> BenchResult<()> {
     }
     print_diverse_table(&diverse_rows, floor);
     Ok(())
+}
+
+/// The netset file given as argument `position`, or FireHOL level 1.
+fn netset_argument(position: usize) -> PathBuf {
+    std::env::args_os().nth(position).map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/blocklists/firehol_level1.netset")
+        },
+        PathBuf::from,
+    )
 }
 
 /// A program's hot and diverse-traffic figures, for the second table.
@@ -1008,5 +1025,157 @@ fn bench_ipv6_prefilter() -> BenchResult<()> {
         "\nevery bit set / as configured, above the floor: {:.2}",
         (full.ns - floor.ns) / (configured.ns - floor.ns)
     );
+    Ok(())
+}
+
+/// Rounds of the sampling benchmark: each setting once per round, so
+/// that drift over the run touches every setting alike.
+const SAMPLING_ROUNDS: usize = 3;
+
+/// A bpffs directory for the sampling benchmark's pins, removed on drop.
+struct BenchPins(PathBuf);
+
+impl Drop for BenchPins {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A thread draining the ring of the program pinned in a directory, as
+/// `cfctl` reads it, until dropped.
+struct RingDrain {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<u64, String>>>,
+}
+
+impl RingDrain {
+    fn start(pins: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (pins, stopped) = (pins.to_owned(), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || -> Result<u64, String> {
+            let mut events = DropEvents::open(&PinDir::new(&pins))
+                .map_err(|error| error.to_string())?
+                .ok_or("no pinned program")?;
+            let mut read = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                read += events
+                    .poll(Duration::from_millis(100), |_| {})
+                    .map_err(|error| error.to_string())? as u64;
+            }
+            Ok(read)
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the reader; the events it read.
+    fn finish(mut self) -> BenchResult<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().ok_or("reader already finished")?;
+        Ok(thread.join().map_err(|_| "the ring reader panicked")??)
+    }
+}
+
+impl Drop for RingDrain {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Drop sampling under diverse traffic (see the module documentation).
+fn bench_sampling() -> BenchResult<()> {
+    let dataset = netset_dataset(&netset_argument(2), MAX_PREFIX_LENGTHS, None)?;
+    let plan = KeyPlan::build(
+        dataset.cidrs.iter().copied().map(IpNet::V4),
+        PlanLimits::default(),
+    )?;
+    let mut rng = StdRng::seed_from_u64(0x0b0e_5eed);
+    let link = TrafficLink::new()?;
+    let traffic = DiverseTraffic::draw(&link, &dataset, &plan, &mut rng)?;
+    let capacity = usize::try_from(auto_capacity(plan.key_count()))?;
+    let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
+        .ok_or("filter too large")?;
+    let mut blocklist = FilterProgram::load(&options)?;
+    blocklist.live().install(&plan)?;
+    let pins = BenchPins(PathBuf::from(format!(
+        "/sys/fs/bpf/cfxdp-bench-sampling-{}",
+        std::process::id()
+    )));
+    PinDir::new(&pins.0).prepare()?;
+    blocklist.pin(&pins.0)?;
+    let drain = RingDrain::start(&pins.0);
+    let settings = [
+        (
+            "off (rate 0)",
+            Sampling {
+                rate: 0,
+                ..Sampling::default()
+            },
+        ),
+        ("default (1,000/s per CPU)", Sampling::default()),
+        (
+            "every drop (10^6/s per CPU)",
+            Sampling {
+                rate: 1_000_000,
+                burst: 1_000_000,
+                ..Sampling::default()
+            },
+        ),
+    ];
+    let mut floors = Vec::new();
+    let mut costs = vec![Vec::new(); settings.len()];
+    let mut counts = vec![SamplerCounts::default(); settings.len()];
+    for _ in 0..SAMPLING_ROUNDS {
+        floors.push(diverse_floor(&traffic)?);
+        for (index, (_, sampling)) in settings.iter().enumerate() {
+            blocklist.maps().set_sampling(sampling);
+            let before = blocklist.maps().sampler_counts()?;
+            costs[index].push(traffic.cost_of_blocklist(&mut blocklist)?);
+            let after = blocklist.maps().sampler_counts()?;
+            counts[index].sampled += after.sampled - before.sampled;
+            counts[index].lost += after.lost - before.lost;
+            counts[index].skipped += after.skipped - before.skipped;
+        }
+    }
+    let read = drain.finish()?;
+    let mean =
+        |costs: &[DiverseCost]| costs.iter().map(|cost| cost.ns).sum::<f64>() / costs.len() as f64;
+    let floor = mean(&floors);
+    let off_above = mean(&costs[0]) - floor;
+    println!(
+        "{}: {} keys; {DIVERSE_SOURCES} sources (half listed), sent {DIVERSE_PASSES} times, \
+         {SAMPLING_ROUNDS} rounds; the reader read {read} events\n",
+        dataset.name,
+        plan.key_count()
+    );
+    println!("| sampling | diverse ns (per round) | mean - floor | / off, above floor | sampled | lost | skipped |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let rounds = |costs: &[DiverseCost]| {
+        costs
+            .iter()
+            .map(|cost| format!("{:.0}", cost.ns))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| parse-only floor | {} | 0 | - | - | - | - |",
+        rounds(&floors)
+    );
+    for ((name, _), (costs, counts)) in settings.iter().zip(costs.iter().zip(&counts)) {
+        let above = mean(costs) - floor;
+        println!(
+            "| {name} | {} | {above:.0} | {:.2} | {} | {} | {} |",
+            rounds(costs),
+            above / off_above,
+            counts.sampled,
+            counts.lost,
+            counts.skipped
+        );
+    }
     Ok(())
 }

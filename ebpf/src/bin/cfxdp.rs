@@ -216,14 +216,8 @@ fn listed<F: Fingerprint, const S: usize>(
     let marked_lengths = match address {
         Address::V4(_) if skipped & skip_bit(AddressFamily::Ipv4) != 0 => u8::MAX,
         Address::V6(_) if skipped & skip_bit(AddressFamily::Ipv6) != 0 => u8::MAX,
-        Address::V4(address) => match PREFILTERS.get(index) {
-            Some(prefilter) => prefilter.ipv4_mask(address),
-            None => return None,
-        },
-        Address::V6(address) => match PREFILTERS.get(index) {
-            Some(prefilter) => prefilter.ipv6_mask(address.high),
-            None => return None,
-        },
+        Address::V4(address) => PREFILTERS.get(index)?.ipv4_mask(address),
+        Address::V6(address) => PREFILTERS.get(index)?.ipv6_mask(address.high),
     };
     if marked_lengths == 0 {
         return None;

@@ -611,19 +611,6 @@ pub fn device_stats(stats: &Stats) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_get_thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(1_000_025), "1,000,025");
-    }
-}
-
 /// `cfctl stats --by WHAT`: one table of the drops.
 pub fn drops_by(report: &DropReport, by: DropsBy) {
     println!("{} sampled drops attributed", thousands(report.sampled));
@@ -705,5 +692,18 @@ fn drop_interfaces(report: &DropReport) {
             row.figures.bytes,
             row.figures.sampled
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_000_025), "1,000,025");
     }
 }
