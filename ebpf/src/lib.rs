@@ -368,11 +368,13 @@ pub struct Config {
     /// the program): a control plane of another version loads a new
     /// program rather than write into these maps.
     pub abi_version: u32,
-    /// Sampled drops per second and CPU, the token bucket's refill rate;
-    /// zero turns sampling off.
+    /// Sampled drops per second and CPU, the token bucket's refill rate
+    /// (the control plane's record; the program reads
+    /// `sample_interval_ns`).
     pub sample_rate: u32,
     /// Tokens the bucket holds at most: the longest burst of events one
-    /// CPU writes at once.
+    /// CPU writes at once (the control plane's record; the program reads
+    /// `sample_credit_ns`).
     pub sample_burst: u32,
     /// A drop the bucket would sample is sampled with probability
     /// `1 / sample_one_in` (0 and 1: every one).
@@ -380,6 +382,12 @@ pub struct Config {
     /// Bytes of the frame an event carries, from the Ethernet header on,
     /// at most [`MAX_EVENT_FRAME_BYTES`].
     pub sample_frame_bytes: u32,
+    /// Nanoseconds of refill one token costs, `10^9 / sample_rate`; zero
+    /// turns sampling off. Precomputed so that a drop pays no division.
+    pub sample_interval_ns: u64,
+    /// The most credit the bucket holds, `sample_interval_ns *
+    /// sample_burst`.
+    pub sample_credit_ns: u64,
 }
 
 impl Config {
@@ -567,7 +575,7 @@ pub struct BaselineLengths {
 
 const _: () = {
     assert!(core::mem::size_of::<FilterProfile>() == 40);
-    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16 + 16);
+    assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16 + 16 + 16);
     assert!(core::mem::size_of::<DropEvent>() == 8 + 16 + 16 + MAX_EVENT_FRAME_BYTES);
     assert!(core::mem::size_of::<Sampler>() == 40);
     assert!(core::mem::size_of::<Counter>() == 16);

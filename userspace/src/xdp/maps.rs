@@ -292,6 +292,12 @@ impl FilterMaps {
         }
     }
 
+    pub(super) fn store_config_u64(&self, offset: usize, value: u64) {
+        if let Some(field) = self.fields().atomic_u64(offset) {
+            field.store(value, Ordering::Release);
+        }
+    }
+
     /// Switches between enforce and monitor mode.
     pub fn set_mode(&self, mode: Mode) {
         self.store_config_u32(offset_of!(Config, mode), mode.to_u32());
@@ -335,9 +341,7 @@ impl FilterMaps {
 
     /// Records which store the filter is built from.
     pub fn set_store_id(&self, id: u64) {
-        if let Some(field) = self.fields().atomic_u64(offset_of!(Config, store_id)) {
-            field.store(id, Ordering::Release);
-        }
+        self.store_config_u64(offset_of!(Config, store_id), id);
     }
 
     /// The pid a control-plane process left while it changed the live

@@ -9,15 +9,20 @@
 //! so they change at run time with one atomic store each.
 
 use std::mem::{offset_of, size_of};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
 use cfxdp::{Config, DropEvent, Sampler, DROP_EVENTS_MAP, MAX_EVENT_FRAME_BYTES, SAMPLERS_MAP};
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
 
 use super::maps::FilterMaps;
 use super::{PinDir, Result, XdpError};
+
+/// How often a reader waiting for events looks at the ring: ten events
+/// per CPU at the default rate, far from filling it.
+pub const READ_EVERY: Duration = Duration::from_millis(10);
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// How the program samples its drops. Missing fields read as their
 /// defaults.
@@ -86,16 +91,27 @@ pub struct SamplerCounts {
 }
 
 impl FilterMaps {
-    /// Makes the program sample as `sampling` says.
+    /// Makes the program sample as `sampling` says (a valid setting, see
+    /// [`Sampling::invalid`]).
     pub fn set_sampling(&self, sampling: &Sampling) {
-        // The rate last: it switches sampling on or off.
         for (offset, value) in [
+            (offset_of!(Config, sample_rate), sampling.rate),
             (offset_of!(Config, sample_burst), sampling.burst),
             (offset_of!(Config, sample_one_in), sampling.one_in),
             (offset_of!(Config, sample_frame_bytes), sampling.frame_bytes),
-            (offset_of!(Config, sample_rate), sampling.rate),
         ] {
             self.store_config_u32(offset, value);
+        }
+        let interval_ns = NANOS_PER_SECOND
+            .checked_div(u64::from(sampling.rate))
+            .unwrap_or(0);
+        let credit_ns = interval_ns * u64::from(sampling.burst.max(1));
+        // The interval last: it switches sampling on or off.
+        for (offset, value) in [
+            (offset_of!(Config, sample_credit_ns), credit_ns),
+            (offset_of!(Config, sample_interval_ns), interval_ns),
+        ] {
+            self.store_config_u64(offset, value);
         }
     }
 
@@ -168,25 +184,20 @@ impl DropEvents {
         }))
     }
 
-    /// Hands every event waiting, or the first to arrive within `timeout`
-    /// and those after it, to `each`; how many there were.
-    pub fn poll(&mut self, timeout: Duration, mut each: impl FnMut(&DropEvent)) -> Result<usize> {
-        let mut read = self.drain(&mut each);
-        if read == 0 {
-            let timeout = Timespec::try_from(timeout).ok();
-            let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
-            match poll(&mut fds, timeout.as_ref()) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(error) => {
-                    return Err(XdpError::Poll {
-                        name: DROP_EVENTS_MAP,
-                        source: error.into(),
-                    })
-                }
+    /// Hands every event waiting, or those that arrive within `timeout`,
+    /// to `each`; how many there were. The program submits without a
+    /// wakeup (which would cost the dropping CPU an interrupt), so the
+    /// ring is looked at every [`READ_EVERY`] until events come.
+    pub fn poll(&mut self, timeout: Duration, mut each: impl FnMut(&DropEvent)) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let read = self.drain(&mut each);
+            let now = Instant::now();
+            if read > 0 || now >= deadline {
+                return read;
             }
-            read = self.drain(&mut each);
+            std::thread::sleep(READ_EVERY.min(deadline - now));
         }
-        Ok(read)
     }
 
     fn drain(&mut self, each: &mut impl FnMut(&DropEvent)) -> usize {
