@@ -520,6 +520,11 @@ pub struct Sampler {
     pub lost: u64,
     /// Drops the bucket or the `1 / sample_one_in` draw left unsampled.
     pub skipped: u64,
+    /// Drops to skip before the bucket is looked at again (it was empty).
+    pub skip_run: u64,
+    /// The length of the last such run: doubled (plus one) at each empty
+    /// look, zero once a token is taken.
+    pub empty_run: u64,
 }
 
 /// What the test-only locate program found for a packet's matched address
@@ -577,7 +582,7 @@ const _: () = {
     assert!(core::mem::size_of::<FilterProfile>() == 40);
     assert!(core::mem::size_of::<Config>() == 24 + 2 * 40 + 16 + 16 + 16);
     assert!(core::mem::size_of::<DropEvent>() == 8 + 16 + 16 + MAX_EVENT_FRAME_BYTES);
-    assert!(core::mem::size_of::<Sampler>() == 40);
+    assert!(core::mem::size_of::<Sampler>() == 56);
     assert!(core::mem::size_of::<Counter>() == 16);
     assert!(core::mem::size_of::<LocateReport>() == 8 + 40);
     assert!(core::mem::size_of::<BaselineLengths>() == 12);

@@ -269,6 +269,10 @@ fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize
 /// Samples a drop for userspace, if the one-in-N draw and this CPU's
 /// token bucket let it: a reservation in the ring, filled and submitted
 /// (or counted as lost when the ring is full).
+/// The most drops the sampler skips without looking at the clock while
+/// its bucket is empty.
+const MAX_EMPTY_RUN: u64 = 63;
+
 #[inline(always)]
 fn sample(
     ctx: &XdpContext,
@@ -294,9 +298,18 @@ fn sample(
         sampler.skipped += 1;
         return;
     }
-    // The coarse clock (a tick's resolution) reads a cached value: the
-    // precise one costs a clock read on every drop, hundreds of
-    // nanoseconds under some hypervisors. A tick's worth of tokens at
+    // While the bucket is empty, a clock read per drop would cost more
+    // than the rest of the filter: after each empty look the sampler
+    // skips a growing run of drops (up to MAX_EMPTY_RUN) before it looks
+    // again. The credit keeps accruing meanwhile, so no token is lost,
+    // only taken a few drops later.
+    if sampler.skip_run > 0 {
+        sampler.skip_run -= 1;
+        sampler.skipped += 1;
+        return;
+    }
+    // The coarse clock (a tick's resolution) reads a cached value where
+    // the precise one reads the clock source; a tick's worth of tokens at
     // once is within the burst.
     // SAFETY: a helper with no arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
@@ -306,8 +319,11 @@ fn sample(
     if credit < cost {
         sampler.credit_ns = credit;
         sampler.skipped += 1;
+        sampler.empty_run = (sampler.empty_run * 2 + 1).min(MAX_EMPTY_RUN);
+        sampler.skip_run = sampler.empty_run;
         return;
     }
+    sampler.empty_run = 0;
     sampler.credit_ns = credit - cost;
     let Some(mut entry) = DROP_EVENTS.reserve(0) else {
         sampler.lost += 1;

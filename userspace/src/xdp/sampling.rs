@@ -149,13 +149,15 @@ impl FilterMaps {
 
 /// A [`Sampler`] from its words as the map holds them.
 fn sampler_of(words: &[u64; size_of::<Sampler>() / 8]) -> Sampler {
-    let [credit_ns, refilled_ns, sampled, lost, skipped] = *words;
+    let [credit_ns, refilled_ns, sampled, lost, skipped, skip_run, empty_run] = *words;
     Sampler {
         credit_ns,
         refilled_ns,
         sampled,
         lost,
         skipped,
+        skip_run,
+        empty_run,
     }
 }
 
