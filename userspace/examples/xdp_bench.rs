@@ -1058,7 +1058,9 @@ impl RingDrain {
                 .ok_or("no pinned program")?;
             let mut read = 0;
             while !stopped.load(Ordering::Relaxed) {
-                read += events.poll(Duration::from_millis(100), |_| {}) as u64;
+                read += events
+                    .poll(Duration::from_millis(100), |_| {})
+                    .map_err(|error| error.to_string())? as u64;
             }
             Ok(read)
         });

@@ -333,6 +333,53 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
     );
 }
 
+/// When the crowdsec source's listing of `address`'s /32 or /128 ends,
+/// Unix seconds (none: not listed).
+fn crowdsec_expiry(cfctl: &common::cli::Cfctl, address: &str) -> Option<u64> {
+    let entries = cfctl.json(&["list", "--source", "crowdsec"]);
+    let entry = entries.as_array()?.iter().find(|entry| {
+        entry["net"].as_str().and_then(|net| net.split('/').next()) == Some(address)
+    })?;
+    entry["sources"]
+        .as_array()?
+        .iter()
+        .find(|member| member["source"] == "crowdsec")?["expires"]
+        .as_u64()
+}
+
+#[test]
+fn a_decision_added_again_for_longer_extends_the_entry_and_a_shorter_one_does_not_cut_it() {
+    let lapi = Lapi::start();
+    let (network, cfctl) = attached(184, "crowdsec-extend", "1000", "skb");
+    let key = lapi.bouncer_key_file("extend");
+    let agent = Agent::start(&cfctl, &lapi.agent_config(&key, 0));
+    let address = network.v4(3).to_string();
+    lapi.cscli(&["decisions", "add", "--ip", &address, "--duration", "2m"]);
+    wait_for("the decision listed", || listed(&cfctl, &address));
+    let first = crowdsec_expiry(&cfctl, &address).expect("an expiry");
+
+    // The same address banned again for ten hours: the entry lasts that
+    // long, not two minutes.
+    lapi.cscli(&["decisions", "add", "--ip", &address, "--duration", "10h"]);
+    wait_for("the expiry extended", || {
+        crowdsec_expiry(&cfctl, &address).is_some_and(|expiry| expiry >= first + 9 * 3600)
+    });
+    let extended = crowdsec_expiry(&cfctl, &address).expect("an expiry");
+
+    // A shorter ban added later changes nothing: a marker decision added
+    // after it shows that the agent has taken both.
+    lapi.cscli(&["decisions", "add", "--ip", &address, "--duration", "1m"]);
+    let marker = network.v4(4).to_string();
+    lapi.cscli(&["decisions", "add", "--ip", &marker, "--duration", "1h"]);
+    wait_for("the marker listed", || listed(&cfctl, &marker));
+    assert_eq!(crowdsec_expiry(&cfctl, &address), Some(extended));
+    assert!(
+        !agent.log().contains("ERROR"),
+        "the agent logged an error:\n{}",
+        agent.log()
+    );
+}
+
 #[test]
 fn a_lapi_outage_and_an_agent_killed_lose_nothing() {
     let mut lapi = Lapi::start();

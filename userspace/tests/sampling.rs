@@ -81,7 +81,8 @@ impl Sampled {
     fn events(&mut self) -> Vec<DropEvent> {
         let mut events = Vec::new();
         self.events
-            .poll(Duration::ZERO, |event| events.push(*event));
+            .poll(Duration::ZERO, |event| events.push(*event))
+            .expect("reading the ring");
         events
     }
 

@@ -33,6 +33,8 @@ const LET_GO: Duration = Duration::from_millis(50);
 /// How long it waits before it tries again to open the samples of a
 /// blocklist that is not attached.
 const REOPEN_EVERY: Duration = Duration::from_secs(5);
+/// How often a sleeping reader thread looks whether it must stop.
+const STOP_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// How often the samples are attributed.
 pub const ATTRIBUTE_EVERY: Duration = Duration::from_secs(5);
 /// Most samples waiting for a pass.
@@ -210,7 +212,10 @@ fn read_samples(pin_dir: &Path, state_dir: &Path, buffer: &Mutex<Buffer>, stop: 
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let read = open.read(left.min(Duration::from_millis(100)), |event| {
+            // One wait per slice: an idle agent wakes about twice a
+            // second for the samples (the program wakes it early when
+            // its ring is half full).
+            let read = open.read(left, |event| {
                 let Some(sample) = Sample::from_event(event) else {
                     return;
                 };
@@ -245,7 +250,7 @@ fn sleep_unless(stop: &AtomicBool, duration: Duration) {
         let Some(left) = until.checked_duration_since(Instant::now()) else {
             return;
         };
-        std::thread::sleep(left.min(Duration::from_millis(50)));
+        std::thread::sleep(left.min(STOP_CHECK_EVERY));
     }
 }
 

@@ -108,7 +108,7 @@ impl DropReader {
             std::thread::sleep(timeout);
             return Ok(0);
         }
-        Ok(self.events.poll(timeout, each))
+        Ok(self.events.poll(timeout, each)?)
     }
 
     /// The exact drop counters now, and the drops not sampled.

@@ -242,6 +242,14 @@ pub enum XdpError {
     /// A table the filter code cannot run on.
     #[error("the filter table is unusable: {0}")]
     Storage(String),
+    /// Waiting on a map's descriptor failed.
+    #[error("cannot wait for map {name}: {source}")]
+    Poll {
+        /// Map name.
+        name: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// BPF_PROG_TEST_RUN failed.
     #[error("test run of {program}: {source}")]
     TestRun {

@@ -9,18 +9,15 @@
 //! so they change at run time with one atomic store each.
 
 use std::mem::{offset_of, size_of};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
 use cfxdp::{Config, DropEvent, Sampler, DROP_EVENTS_MAP, MAX_EVENT_FRAME_BYTES, SAMPLERS_MAP};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
 
 use super::maps::FilterMaps;
 use super::{PinDir, Result, XdpError};
-
-/// How often a reader waiting for events looks at the ring: ten events
-/// per CPU at the default rate, far from filling it.
-pub const READ_EVERY: Duration = Duration::from_millis(10);
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
@@ -186,20 +183,24 @@ impl DropEvents {
         }))
     }
 
-    /// Hands every event waiting, or those that arrive within `timeout`,
-    /// to `each`; how many there were. The program submits without a
-    /// wakeup (which would cost the dropping CPU an interrupt), so the
-    /// ring is looked at every [`READ_EVERY`] until events come.
-    pub fn poll(&mut self, timeout: Duration, mut each: impl FnMut(&DropEvent)) -> usize {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let read = self.drain(&mut each);
-            let now = Instant::now();
-            if read > 0 || now >= deadline {
-                return read;
+    /// Waits until the ring is half full or `timeout` has passed, then
+    /// hands every event waiting to `each`; how many there were. The
+    /// program wakes a reader only at half full (a wakeup would cost the
+    /// dropping CPU an interrupt), so a reader reads on its own schedule:
+    /// `timeout` is how late it may see an event.
+    pub fn poll(&mut self, timeout: Duration, mut each: impl FnMut(&DropEvent)) -> Result<usize> {
+        let timeout = Timespec::try_from(timeout).ok();
+        let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(error) => {
+                return Err(XdpError::Poll {
+                    name: DROP_EVENTS_MAP,
+                    source: error.into(),
+                })
             }
-            std::thread::sleep(READ_EVERY.min(deadline - now));
         }
+        Ok(self.drain(&mut each))
     }
 
     fn drain(&mut self, each: &mut impl FnMut(&DropEvent)) -> usize {
