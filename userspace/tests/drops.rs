@@ -206,6 +206,45 @@ fn one_drop_in_ten_sampled_estimates_each_share() {
 }
 
 #[test]
+#[ignore = "a benchmark; prints its numbers"]
+fn one_in_ten_attribution_error_over_repeated_runs() {
+    const RUNS: usize = 20;
+    let (network, cfctl) = attached(185, "tenth-bench", "4096", "native");
+    three_sources(&cfctl, 185);
+    cfctl.ok(&[
+        "sampling", "--rate", "1000000", "--burst", "100000", "--one-in", "10",
+    ]);
+    let frames = split_traffic(185, 10_000);
+    let mut largest_errors = Vec::new();
+    for run in 1..=RUNS {
+        let report = stats_by_source_of(&cfctl, &network, &frames, 900);
+        let packets = packets_by_origin(&report);
+        let total: f64 = packets.values().sum();
+        let errors: Vec<f64> = [("alpha", 0.6), ("beta", 0.3), ("cli", 0.1)]
+            .into_iter()
+            .map(|(origin, truth)| {
+                (packets.get(origin).copied().unwrap_or_default() / total - truth) * 100.0
+            })
+            .collect();
+        println!(
+            "run {run}: alpha {:+.2}, beta {:+.2}, cli {:+.2} points; {} samples",
+            errors[0], errors[1], errors[2], report["sampled"]
+        );
+        largest_errors.push(
+            errors
+                .iter()
+                .fold(0.0f64, |most, error| most.max(error.abs())),
+        );
+    }
+    let within = largest_errors.iter().filter(|&&error| error <= 2.0).count();
+    let mean = largest_errors.iter().sum::<f64>() / RUNS as f64;
+    println!(
+        "largest error of a run: mean {mean:.2} points; runs with every share within 2 points: \
+         {within} of {RUNS}"
+    );
+}
+
+#[test]
 fn capture_writes_the_dropped_frames_as_pcap() {
     let (network, cfctl) = attached(181, "capture", "4096", "native");
     cfctl.ok(&["add", "198.18.181.0/24"]);
