@@ -326,6 +326,19 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
     };
     assert!(decisions("applied") >= Some(3.0), "{samples:?}");
     assert_eq!(sample(&samples, "cfctl_crowdsec_up"), Some(1.0));
+    // The LAPI takes the bouncer's type and version from its User-Agent.
+    let bouncers: serde_json::Value =
+        serde_json::from_str(&lapi.cscli(&["bouncers", "list", "-o", "json"])).expect("JSON");
+    let bouncer = bouncers
+        .as_array()
+        .and_then(|bouncers| bouncers.iter().find(|bouncer| bouncer["name"] == "basic"))
+        .unwrap_or_else(|| panic!("the bouncer in {bouncers}"));
+    assert_eq!(bouncer["type"], "crowdsec-cfctl-bouncer", "{bouncer}");
+    assert_eq!(
+        bouncer["version"],
+        format!("v{}", env!("CARGO_PKG_VERSION")).as_str(),
+        "{bouncer}"
+    );
     assert!(
         !agent.log().contains("ERROR"),
         "the agent logged an error:\n{}",

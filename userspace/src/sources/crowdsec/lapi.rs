@@ -14,9 +14,11 @@ use serde::Deserialize;
 
 use super::config::{ClientCertFiles, CrowdsecConfig};
 
-/// The `User-Agent` the agent announces to the LAPI.
+/// The `User-Agent` the agent announces to the LAPI, in the form the
+/// bouncer specification gives (`crowdsec-<name>-bouncer/v<version>`),
+/// from which the LAPI records the bouncer's type and version.
 pub fn user_agent() -> String {
-    format!("cfctl-xdp-bouncer/{}", env!("CARGO_PKG_VERSION"))
+    format!("crowdsec-cfctl-bouncer/v{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// One decision as the LAPI sends it.
