@@ -720,6 +720,11 @@ fn every_bad_configuration_line_is_one_clear_error() {
             "crowdsec: pull '100ms' is shorter than 1s",
         ),
         (
+            "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\nmetrics_interval = \"5m\"\n",
+            4,
+            "crowdsec: metrics_interval '5m' is shorter than 10m (or \"0\" to push no usage metrics)",
+        ),
+        (
             "[crowdsec]\nurl = \"http://x\"\napi_key_env = \"PATH\"\nscopes = [\"Ip\", \"Country\"]\n",
             4,
             "scope 'Country' is not one of Ip, Range",

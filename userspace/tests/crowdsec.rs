@@ -344,6 +344,29 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
         "the agent logged an error:\n{}",
         agent.log()
     );
+    // This LAPI (CrowdSec 1.4) predates the usage-metrics endpoint: the
+    // push when the agent stops (once it has attributed drops) is one
+    // warning, and the agent ends cleanly.
+    let banned = network.v4(11);
+    lapi.cscli(&["decisions", "add", "--ip", &banned.to_string()]);
+    wait_for("the decision listed", || {
+        listed(&cfctl, &banned.to_string())
+    });
+    let frame = common::udp_frame(banned, common::Tags::None);
+    let series = "cfctl_dropped_packets_total{ip_type=\"ipv4\",origin=\"crowdsec\"}";
+    wait_for("the drops of a listed address attributed", || {
+        network.send_frames(std::slice::from_ref(&frame));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        sample(&scrape(port), series).is_some()
+    });
+    let (status, log) = agent.terminate_with_log();
+    assert!(status.success(), "{log}");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("no usage-metrics endpoint"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(warnings[0].contains("WARN"), "{log}");
 }
 
 /// When the crowdsec source's listing of `address`'s /32 or /128 ends,
@@ -450,6 +473,20 @@ fn stream(new: &[(&str, &str)]) -> String {
         .map(|(id, (scope, value))| {
             serde_json::json!({"id": id + 1, "scope": scope, "value": value, "type": "ban",
                 "duration": "59m59.5s", "origin": "test", "scenario": "fake"})
+        })
+        .collect();
+    serde_json::json!({"new": decisions, "deleted": null}).to_string()
+}
+
+/// A stream answer with these decisions as new: (value, origin,
+/// scenario), each an `Ip` ban of an hour.
+fn stream_from(new: &[(&str, &str, &str)]) -> String {
+    let decisions: Vec<serde_json::Value> = new
+        .iter()
+        .enumerate()
+        .map(|(id, (value, origin, scenario))| {
+            serde_json::json!({"id": id + 1, "scope": "Ip", "value": value, "type": "ban",
+                "duration": "59m59.5s", "origin": origin, "scenario": scenario})
         })
         .collect();
     serde_json::json!({"new": decisions, "deleted": null}).to_string()
@@ -1003,4 +1040,191 @@ fn ban_to_drop_latency() {
         latencies[0] * 1e3,
         latencies[latencies.len() - 1] * 1e3
     );
+}
+
+/// The value of the item `name` in `unit` with exactly `labels` in a
+/// usage-metrics document.
+fn usage_item(
+    document: &serde_json::Value,
+    name: &str,
+    unit: &str,
+    labels: serde_json::Value,
+) -> Option<u64> {
+    document["remediation_components"][0]["metrics"][0]["items"]
+        .as_array()?
+        .iter()
+        .find(|item| item["name"] == name && item["unit"] == unit && item["labels"] == labels)
+        .and_then(|item| item["value"].as_u64())
+}
+
+/// When the agent stops, it pushes the usage metrics of its window to the
+/// LAPI: the drops by the origin of the decision that speaks for each
+/// address (`lists:NAME` for a blocklist's), exact when every drop is
+/// sampled, the drops of other sources under their names, every packet
+/// processed, and the active decisions by origin and family, in the
+/// document the LAPI's schema requires (one remediation component; the
+/// required fields of each part).
+#[test]
+fn usage_metrics_count_the_drops_by_the_decisions_origins() {
+    let (network, cfctl) = attached(186, "crowdsec-usage", "4096", "skb");
+    let host = |n: u8| network.v4(n).to_string();
+    let (capi, cscli, list, warm, marker) = (host(3), host(4), host(5), host(6), host(7));
+    let v6 = network.v6(3).to_string();
+    cfctl.ok(&["add", &warm]);
+    cfctl.ok(&["add", &marker, "--source", "marker"]);
+    let lapi = FeedServer::start(Answer::Stream {
+        whole: stream_from(&[
+            (&capi, "CAPI", "crowdsecurity/ssh-bf"),
+            (&cscli, "cscli", "manual"),
+            (&list, "lists", "firehol_test"),
+            (&v6, "cscli", "manual"),
+        ]),
+        changes: stream_from(&[]),
+    });
+    let port = free_port();
+    let (_key, config) = fake_lapi_config(&lapi, "");
+    let config = config.replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""));
+    let started = std::time::SystemTime::now();
+    let agent = Agent::start(&cfctl, &config);
+    wait_for("the decisions listed", || {
+        [&capi, &cscli, &list, &v6]
+            .iter()
+            .all(|address| listed(&cfctl, address))
+    });
+    let frames = |address: &str, count: usize| {
+        let frame = common::udp_frame(address.parse().expect("an address"), common::Tags::None);
+        vec![frame; count]
+    };
+    let frame_len = frames(&capi, 1)[0].len() as u64;
+    let dropped = |origin: &str| {
+        sample(
+            &scrape(port),
+            &format!("cfctl_dropped_packets_total{{ip_type=\"ipv4\",origin=\"{origin}\"}}"),
+        )
+    };
+    // Drops before the agent's first attribution are not shared out.
+    wait_for("the agent's first attribution", || {
+        network.send_frames(&frames(&warm, 1));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        dropped("cli").is_some()
+    });
+    for (address, count) in [(&capi, 10), (&cscli, 30), (&list, 20), (&marker, 1)] {
+        network.send_frames(&frames(address, count));
+    }
+    wait_for("the frames attributed", || dropped("marker").is_some());
+    assert!(agent.terminate().success());
+
+    let posts = lapi.posts.lock().expect("the posts").clone();
+    assert_eq!(posts.len(), 1, "one push, at the stop: {posts:?}");
+    let post = &posts[0];
+    assert_eq!(post.url, "/v1/usage-metrics");
+    for header in [
+        "X-Api-Key: not-a-secret".to_owned(),
+        "Content-Type: application/json".to_owned(),
+        format!(
+            "User-Agent: crowdsec-cfctl-bouncer/v{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ] {
+        assert!(
+            post.headers
+                .iter()
+                .any(|sent| sent.eq_ignore_ascii_case(&header)),
+            "{header} in {:?}",
+            post.headers
+        );
+    }
+    let document: serde_json::Value = serde_json::from_str(&post.body).expect("JSON");
+    let components = document["remediation_components"]
+        .as_array()
+        .expect("components");
+    assert_eq!(components.len(), 1, "{document}");
+    let component = &components[0];
+    assert_eq!(component["type"], "crowdsec-cfctl-bouncer", "{document}");
+    assert!(component["version"].is_string() && component["os"]["name"].is_string());
+    assert!(component["os"]["version"].is_string(), "{document}");
+    let since = |at: &serde_json::Value| {
+        at.as_u64().expect("a timestamp") as i64
+            - started
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_secs() as i64
+    };
+    assert!(
+        (-1..=1).contains(&since(&component["utc_startup_timestamp"])),
+        "{document}"
+    );
+    let meta = &component["metrics"][0]["meta"];
+    let window = meta["window_size_seconds"].as_i64().expect("a window");
+    assert!(
+        window >= 0 && window <= since(&meta["utc_now_timestamp"]) + 1,
+        "{document}"
+    );
+
+    let v4 = |origin: &str| serde_json::json!({"origin": origin, "ip_type": "ipv4"});
+    for (origin, packets) in [
+        ("CAPI", 10),
+        ("cscli", 30),
+        ("lists:firehol_test", 20),
+        ("marker", 1),
+    ] {
+        assert_eq!(
+            usage_item(&document, "dropped", "packet", v4(origin)),
+            Some(packets),
+            "{origin}: {document}"
+        );
+        assert_eq!(
+            usage_item(&document, "dropped", "byte", v4(origin)),
+            Some(packets * frame_len),
+            "{origin}: {document}"
+        );
+    }
+    assert!(usage_item(&document, "dropped", "packet", v4("cli")) >= Some(1));
+    let processed = usage_item(
+        &document,
+        "processed",
+        "packet",
+        serde_json::json!({"ip_type": "ipv4"}),
+    );
+    assert!(processed >= Some(62), "{document}");
+    for (origin, family) in [
+        ("CAPI", "ipv4"),
+        ("cscli", "ipv4"),
+        ("lists:firehol_test", "ipv4"),
+        ("cscli", "ipv6"),
+    ] {
+        let labels = serde_json::json!({"origin": origin, "ip_type": family});
+        assert_eq!(
+            usage_item(&document, "active_decisions", "ip", labels),
+            Some(1),
+            "{document}"
+        );
+    }
+}
+
+/// `metrics_interval = "0"` turns the push off, at the stop too.
+#[test]
+fn no_usage_metrics_are_pushed_when_turned_off() {
+    let (network, cfctl) = attached(187, "crowdsec-no-usage", "4096", "skb");
+    let (address, warm) = (network.v4(3).to_string(), network.v4(4).to_string());
+    cfctl.ok(&["add", &warm]);
+    let lapi = FeedServer::start(Answer::Stream {
+        whole: stream_from(&[(&address, "cscli", "manual")]),
+        changes: stream_from(&[]),
+    });
+    let port = free_port();
+    let (_key, config) = fake_lapi_config(&lapi, "metrics_interval = \"0\"\n");
+    let config = config.replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""));
+    let agent = Agent::start(&cfctl, &config);
+    wait_for("the decision listed", || listed(&cfctl, &address));
+    // Past the first attribution, so that a push would have figures.
+    let frame = common::udp_frame(warm.parse().expect("an address"), common::Tags::None);
+    let series = "cfctl_dropped_packets_total{ip_type=\"ipv4\",origin=\"cli\"}";
+    wait_for("the agent's drops attributed", || {
+        network.send_frames(std::slice::from_ref(&frame));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        sample(&scrape(port), series).is_some()
+    });
+    assert!(agent.terminate().success());
+    assert!(lapi.posts.lock().expect("the posts").is_empty());
 }

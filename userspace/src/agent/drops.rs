@@ -10,9 +10,11 @@
 //! metrics take the new figures, and with `[drops] log = true` each
 //! sampled drop is logged (at most `log_per_minute` lines a minute). The
 //! lookups are forgotten after every pass that may have changed the
-//! store.
+//! store. Each pass also sums what a CrowdSec bouncer reports in its usage
+//! metrics ([`Remediation`]): the drops by reported origin, and every
+//! packet the program saw, since the agent started.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,9 +24,9 @@ use std::time::{Duration, Instant};
 use super::config::DropsConfig;
 use super::metrics::Metrics;
 use crate::control::sampled::{exact_drops, DropReader};
-use crate::drops::{Attribution, Covers, Sample};
+use crate::drops::{Attribution, Covers, Exact, OriginNames, Remediation, Sample};
 use crate::store::{Store, StoreError};
-use crate::Setting;
+use crate::{Family, Outcome, Setting};
 
 /// How long the reader thread holds the samples at a time.
 const READ_SLICE: Duration = Duration::from_secs(1);
@@ -61,6 +63,8 @@ pub struct DropWatch {
     pending: Vec<Sample>,
     due: Instant,
     log: DropLog,
+    processed: Processed,
+    remediation: Remediation,
 }
 
 impl DropWatch {
@@ -86,6 +90,8 @@ impl DropWatch {
             pending: Vec::new(),
             due: Instant::now() + ATTRIBUTE_EVERY,
             log: DropLog::new(config),
+            processed: Processed::default(),
+            remediation: Remediation::default(),
         })
     }
 
@@ -123,10 +129,16 @@ impl DropWatch {
         self.covers.forget();
     }
 
-    /// Attributes the pending samples if it is time, and feeds `metrics`.
-    pub fn attribute(&mut self, metrics: &Metrics) {
+    /// Attributes the pending samples if it is time (`names` giving the
+    /// reported origins), feeds `metrics`, and returns what a bouncer
+    /// reports of it.
+    pub fn attribute(
+        &mut self,
+        metrics: &Metrics,
+        names: &dyn OriginNames,
+    ) -> Option<&Remediation> {
         if Instant::now() < self.due {
-            return;
+            return None;
         }
         self.due = Instant::now() + ATTRIBUTE_EVERY;
         self.take_buffered();
@@ -135,21 +147,32 @@ impl DropWatch {
             Err(error) => {
                 tracing::debug!(%error, "no drop counters to attribute the samples to");
                 self.pending.clear();
-                return;
+                return None;
             }
         };
+        self.processed.count(&counters);
         let Some(attribution) = &mut self.attribution else {
             // Drops before the first attribution are not shared out.
             self.attribution = Some(Attribution::new(counters, unsampled));
             self.pending.clear();
-            return;
+            return None;
         };
-        attribution.record(&self.pending, &self.covers, counters, unsampled);
+        attribution.record(&self.pending, &self.covers, counters, unsampled, names);
         metrics.observe_drops(attribution);
         for sample in &self.pending {
             self.log.line(sample, &self.covers);
         }
         self.pending.clear();
+        self.remediation = Remediation {
+            dropped: attribution
+                .reported_origins()
+                .iter()
+                .filter(|(key, _)| key.outcome == Outcome::Dropped)
+                .map(|(key, estimate)| ((key.origin.clone(), key.family), *estimate))
+                .collect(),
+            processed: self.processed.since_start.clone(),
+        };
+        Some(&self.remediation)
     }
 
     fn take_buffered(&mut self) {
@@ -173,6 +196,49 @@ impl Drop for DropWatch {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Every packet the program counted, by family, since the agent first
+/// read its counters: a counter that went back (the program attached
+/// anew) counts from zero again.
+#[derive(Default)]
+struct Processed {
+    /// The counters as last read, summed over outcomes; none before the
+    /// first read.
+    last: Option<BTreeMap<Family, Exact>>,
+    since_start: BTreeMap<Family, Exact>,
+}
+
+impl Processed {
+    fn count(&mut self, counters: &[((Outcome, Family), Exact)]) {
+        let mut now: BTreeMap<Family, Exact> = [Family::Ipv4, Family::Ipv6]
+            .into_iter()
+            .map(|family| (family, Exact::default()))
+            .collect();
+        for ((_, family), exact) in counters {
+            if let Some(total) = now.get_mut(family) {
+                total.packets += exact.packets;
+                total.bytes += exact.bytes;
+            }
+        }
+        let last = self
+            .last
+            .replace(now.clone())
+            .unwrap_or_else(|| now.clone());
+        for (family, total) in now {
+            let before = last.get(&family).copied().unwrap_or_default();
+            let gained = match total.packets < before.packets {
+                true => total,
+                false => Exact {
+                    packets: total.packets - before.packets,
+                    bytes: total.bytes.saturating_sub(before.bytes),
+                },
+            };
+            let sum = self.since_start.entry(family).or_default();
+            sum.packets += gained.packets;
+            sum.bytes += gained.bytes;
         }
     }
 }

@@ -19,13 +19,15 @@
 //! * **Metrics** ([`metrics`]): a Prometheus text endpoint.
 //! * **Drops** ([`drops`]): the program's sampled drops, read on a thread
 //!   of their own and attributed to sources and entries every few
-//!   seconds, for the metrics and the optional log line per drop.
+//!   seconds, for the metrics, the optional log line per drop, and the
+//!   sources that report them (the CrowdSec source's usage metrics).
 //!
 //! One agent keeps a store at a time ([`lock`]). Between passes it holds
 //! no lock on the store itself, so `cfctl` commands run beside it and wait
 //! at most for one pass. SIGHUP reloads the configuration (a bad one is
 //! logged and the old one kept; sources whose configuration is the same
-//! run on); SIGTERM and SIGINT end the agent after the pass in progress,
+//! run on); SIGTERM and SIGINT end the agent after the pass in progress
+//! and each source's last words ([`crate::sources::Source::stop`]),
 //! leaving the XDP attachment in place ([`signals`]).
 
 pub mod config;
@@ -46,7 +48,10 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use ipnet::IpNet;
+
 use crate::control::{Change, Control, ControlError, DirCheck, NoProgress, StoreUse};
+use crate::drops::OriginNames;
 use crate::sources::settings::ConfigError;
 use crate::sources::{AnySource, Fetched, SourceConfig, KINDS};
 use crate::store::ListKind;
@@ -206,6 +211,9 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
             break;
         }
     }
+    for running in &mut agent.sources {
+        running.source.stop();
+    }
     tracing::info!("agent stopped; the XDP attachment stays");
     Ok(())
 }
@@ -220,6 +228,20 @@ struct Running {
     in_flight: bool,
     /// Whether a fetch of it was applied since the agent started.
     fetched: bool,
+}
+
+/// The reported origins of the drops, as the running sources name them.
+struct SourceOrigins<'a>(&'a [Running]);
+
+impl OriginNames for SourceOrigins<'_> {
+    fn origin_of(&self, source: &str, net: &IpNet) -> Option<String> {
+        // Only a blocklist's entries drop; a source that lists allows
+        // names no finer origin.
+        self.0
+            .iter()
+            .find(|running| running.source.name() == source)
+            .and_then(|running| running.source.origin_of(net))
+    }
 }
 
 /// What a finished fetch sends: its source's id, and what it brought
@@ -444,7 +466,12 @@ impl Agent {
             self.next_expiry = control.store().next_expiry()?;
         }
         if let Some(drops) = &mut self.drops {
-            drops.attribute(&self.metrics);
+            if let Some(remediation) = drops.attribute(&self.metrics, &SourceOrigins(&self.sources))
+            {
+                for running in &mut self.sources {
+                    running.source.observe(remediation);
+                }
+            }
         }
         let now = Instant::now();
         let unwatched = self.watch.is_none().then_some(now + MAX_IDLE);

@@ -23,6 +23,11 @@
 //!   [`UNLISTED_ORIGIN`] (the filter's false positives, and entries
 //!   removed between the drop and its lookup). Malformed frames are
 //!   sampled for captures but not attributed.
+//! * **Reported origins.** Beside the sources, the drops are counted by
+//!   the origin a bouncer reports to CrowdSec ([`OriginNames`]): a source
+//!   that knows a finer origin for an entry (the CrowdSec source: the
+//!   origin of the decision that speaks for it) names it, and every other
+//!   entry counts under its source's name.
 //! * **Bounds.** Entries are tallied up to [`MAX_ENTRIES`] (more share
 //!   the line [`Attribution::other_entries`]); addresses are kept in a
 //!   Filtered Space-Saving top list of [`TOP_ADDRESSES`] (the `topk`
@@ -53,6 +58,23 @@ pub const MAX_ENTRIES: usize = 1 << 17;
 pub const TOP_ADDRESSES: usize = 1024;
 /// Most addresses kept resolved between store changes.
 const MAX_COVERS: usize = 1 << 16;
+
+/// The origin reported for drops of an entry, where its source knows one
+/// finer than its own name.
+pub trait OriginNames {
+    /// The origin of `net`'s drops, which `source` lists; none to report
+    /// the source's name.
+    fn origin_of(&self, source: &str, net: &IpNet) -> Option<String>;
+}
+
+/// Every entry's drops reported under its source's name.
+pub struct SourceNames;
+
+impl OriginNames for SourceNames {
+    fn origin_of(&self, _source: &str, _net: &IpNet) -> Option<String> {
+        None
+    }
+}
 
 /// One sampled drop, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,6 +272,17 @@ pub struct EntryDrops {
     pub estimate: Estimate,
 }
 
+/// What the blocklist did since the agent started, in the terms of a
+/// CrowdSec bouncer's usage metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Remediation {
+    /// Dropped packets and bytes by reported origin ([`OriginNames`]) and
+    /// family (estimates, exact while the sampling keeps up).
+    pub dropped: BTreeMap<(String, Family), Estimate>,
+    /// Every IPv4 and IPv6 packet the program saw, by family (exact).
+    pub processed: BTreeMap<Family, Exact>,
+}
+
 /// The exact packets and bytes of one (outcome, family) counter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Exact {
@@ -269,6 +302,8 @@ pub struct Attribution {
     /// Drops the program skipped or lost, as of the last batch.
     unsampled: u64,
     origins: BTreeMap<OriginKey, Estimate>,
+    /// By the origins [`OriginNames`] reports.
+    reported: BTreeMap<OriginKey, Estimate>,
     entries: HashMap<IpNet, EntryDrops>,
     other_entries: Estimate,
     addresses: FilteredSpaceSaving<IpAddr>,
@@ -300,6 +335,7 @@ impl Attribution {
             owed: HashMap::new(),
             unsampled,
             origins: BTreeMap::new(),
+            reported: BTreeMap::new(),
             entries: HashMap::new(),
             other_entries: Estimate::default(),
             addresses: FilteredSpaceSaving::new(TOP_ADDRESSES),
@@ -310,13 +346,14 @@ impl Attribution {
 
     /// Shares out the drops since the last batch among `samples`, whose
     /// addresses `covers` has resolved, given the exact counters and the
-    /// count of unsampled drops now.
+    /// count of unsampled drops now; `names` gives the reported origins.
     pub fn record(
         &mut self,
         samples: &[Sample],
         covers: &Covers,
         counters: impl IntoIterator<Item = ((Outcome, Family), Exact)>,
         unsampled: u64,
+        names: &dyn OriginNames,
     ) {
         let every_drop_sampled = unsampled == self.unsampled;
         self.unsampled = unsampled;
@@ -367,11 +404,11 @@ impl Attribution {
                     bytes: f64::from(sample.frame_len),
                 },
             };
-            self.count(sample, covers, share);
+            self.count(sample, covers, share, names);
         }
     }
 
-    fn count(&mut self, sample: &Sample, covers: &Covers, share: Share) {
+    fn count(&mut self, sample: &Sample, covers: &Covers, share: Share, names: &dyn OriginNames) {
         let Some(address) = sample.address else {
             return;
         };
@@ -380,27 +417,40 @@ impl Attribution {
             Some(_) => covers.get(address).unwrap_or_default(),
             None => &[],
         };
-        let mut origins: Vec<&str> = covering
+        let unexplained = match sample.prefix_len {
+            None => POLICY_ORIGIN,
+            Some(_) => UNLISTED_ORIGIN,
+        };
+        let sources = covering
             .iter()
-            .flat_map(|cover| cover.sources.iter().map(String::as_str))
-            .collect();
-        origins.sort_unstable();
-        origins.dedup();
-        if origins.is_empty() {
-            origins.push(match sample.prefix_len {
-                None => POLICY_ORIGIN,
-                Some(_) => UNLISTED_ORIGIN,
-            });
-        }
-        for origin in origins {
-            self.origins
-                .entry(OriginKey {
-                    origin: origin.to_owned(),
-                    outcome: sample.outcome,
-                    family: sample.family,
-                })
-                .or_default()
-                .add(share);
+            .flat_map(|cover| cover.sources.iter().cloned());
+        let reported = covering.iter().flat_map(|cover| {
+            cover.sources.iter().map(|source| {
+                names
+                    .origin_of(source, &cover.net)
+                    .unwrap_or_else(|| source.clone())
+            })
+        });
+        for (tally, origins) in [
+            (&mut self.origins, sources.collect::<Vec<_>>()),
+            (&mut self.reported, reported.collect()),
+        ] {
+            let mut origins = origins;
+            origins.sort_unstable();
+            origins.dedup();
+            if origins.is_empty() {
+                origins.push(unexplained.to_owned());
+            }
+            for origin in origins {
+                tally
+                    .entry(OriginKey {
+                        origin,
+                        outcome: sample.outcome,
+                        family: sample.family,
+                    })
+                    .or_default()
+                    .add(share);
+            }
         }
         for cover in covering {
             let room = self.entries.len() < MAX_ENTRIES;
@@ -430,6 +480,11 @@ impl Attribution {
     /// Drops by origin, outcome and family.
     pub fn origins(&self) -> &BTreeMap<OriginKey, Estimate> {
         &self.origins
+    }
+
+    /// Drops by reported origin ([`OriginNames`]), outcome and family.
+    pub fn reported_origins(&self) -> &BTreeMap<OriginKey, Estimate> {
+        &self.reported
     }
 
     /// Drops by entry (at most [`MAX_ENTRIES`] of them).

@@ -84,7 +84,7 @@ fn every_drop_sampled_counts_exactly_and_for_every_source() {
         sample("198.18.174.9", Some(24), 70),
         sample("198.18.174.3", None, 80),
     ];
-    attribution.record(&samples, &covers(), exact(15, 1370), 5);
+    attribution.record(&samples, &covers(), exact(15, 1370), 5, &SourceNames);
     assert_eq!(
         origin(&attribution, "feed:a"),
         Estimate {
@@ -115,7 +115,7 @@ fn sampled_drops_share_the_exact_counters() {
         sample("198.18.174.2", Some(24), 300),
     ];
     // 100 drops of 8000 bytes, two of them sampled.
-    attribution.record(&samples, &covers(), exact(100, 8000), 98);
+    attribution.record(&samples, &covers(), exact(100, 8000), 98, &SourceNames);
     assert_eq!(origin(&attribution, "feed:a").packets, 100.0);
     assert_eq!(origin(&attribution, "cli").packets, 50.0);
     assert_eq!(origin(&attribution, "cli").bytes, 2000.0);
@@ -125,10 +125,10 @@ fn sampled_drops_share_the_exact_counters() {
 #[test]
 fn drops_without_a_sample_wait_for_the_next_batch() {
     let mut attribution = Attribution::new(exact(0, 0), 0);
-    attribution.record(&[], &covers(), exact(40, 4000), 40);
+    attribution.record(&[], &covers(), exact(40, 4000), 40, &SourceNames);
     assert!(attribution.origins().is_empty());
     let samples = [sample("198.18.174.2", Some(24), 100)];
-    attribution.record(&samples, &covers(), exact(50, 5000), 49);
+    attribution.record(&samples, &covers(), exact(50, 5000), 49, &SourceNames);
     assert_eq!(origin(&attribution, "feed:a").packets, 50.0);
     assert_eq!(origin(&attribution, "feed:a").bytes, 5000.0);
 }
@@ -138,7 +138,7 @@ fn malformed_frames_are_not_attributed() {
     let mut attribution = Attribution::new(exact(0, 0), 0);
     let malformed = Sample::from_event(&event(Outcome::Malformed, NO_PREFIX)).unwrap();
     assert_eq!(malformed.address, None);
-    attribution.record(&[malformed], &covers(), exact(0, 0), 0);
+    attribution.record(&[malformed], &covers(), exact(0, 0), 0, &SourceNames);
     assert!(attribution.origins().is_empty());
     assert_eq!(attribution.sampled(), 0);
 }
@@ -180,7 +180,7 @@ fn entries_past_the_bound_share_one_line() {
             ..sample("198.18.174.1", Some(32), 60)
         });
     }
-    attribution.record(&samples, &covers, exact(0, 0), 0);
+    attribution.record(&samples, &covers, exact(0, 0), 0, &SourceNames);
     assert_eq!(attribution.entries().len(), MAX_ENTRIES);
     assert_eq!(attribution.other_entries().sampled, 1);
     assert_eq!(
@@ -193,9 +193,47 @@ fn entries_past_the_bound_share_one_line() {
 fn drops_paid_by_exact_samples_are_not_owed_later() {
     let mut attribution = Attribution::new(exact(0, 0), 0);
     let one = [sample("198.18.174.2", Some(24), 100)];
-    attribution.record(&one, &covers(), exact(1, 100), 0);
+    attribution.record(&one, &covers(), exact(1, 100), 0, &SourceNames);
     // Sampling falls behind: 10 drops, one sample, which stands for them
     // all and not for the drop the first batch paid already.
-    attribution.record(&one, &covers(), exact(11, 1100), 9);
+    attribution.record(&one, &covers(), exact(11, 1100), 9, &SourceNames);
     assert_eq!(origin(&attribution, "feed:a").packets, 11.0);
+}
+
+/// Names the /32 of `cli` by a finer origin, like the CrowdSec source's
+/// decisions.
+struct FinerForCli;
+
+impl OriginNames for FinerForCli {
+    fn origin_of(&self, source: &str, net: &IpNet) -> Option<String> {
+        (source == "cli" && net.prefix_len() == 32).then(|| "lists:test".to_owned())
+    }
+}
+
+#[test]
+fn reported_origins_take_the_finer_names_and_keep_the_sources_beside() {
+    let mut attribution = Attribution::new(exact(0, 0), 0);
+    let samples = [
+        sample("198.18.174.1", Some(32), 100),
+        sample("198.18.174.2", Some(24), 60),
+        sample("198.18.174.9", Some(24), 70),
+    ];
+    attribution.record(&samples, &covers(), exact(3, 230), 0, &FinerForCli);
+    let reported = |name: &str| {
+        attribution
+            .reported_origins()
+            .get(&OriginKey {
+                origin: name.into(),
+                outcome: Outcome::Dropped,
+                family: Family::Ipv4,
+            })
+            .copied()
+            .unwrap_or_default()
+            .packets
+    };
+    assert_eq!(reported("lists:test"), 1.0);
+    assert_eq!(reported("feed:a"), 2.0);
+    assert_eq!(reported("cli"), 0.0);
+    assert_eq!(reported(UNLISTED_ORIGIN), 1.0);
+    assert_eq!(origin(&attribution, "cli").packets, 1.0);
 }

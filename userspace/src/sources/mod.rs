@@ -41,6 +41,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::control::{Control, ControlError};
+use crate::drops::Remediation;
 use crate::store::{ListKind, Store, StoreError};
 use settings::{ConfigError, Located};
 
@@ -137,6 +138,19 @@ pub trait Source: Send + 'static {
     /// or the live filter failing (what a source fails at itself, it
     /// records and reports).
     fn apply(&mut self, control: &mut Control, fetched: Self::Fetched) -> Result<(), ControlError>;
+
+    /// The origin reported for the drops of `net`, which it lists, where
+    /// it knows one finer than its name ([`crate::drops::OriginNames`]).
+    fn origin_of(&self, _net: &IpNet) -> Option<String> {
+        None
+    }
+
+    /// Takes what the blocklist did since the agent started (after each
+    /// attribution of the sampled drops).
+    fn observe(&mut self, _remediation: &Remediation) {}
+
+    /// Its last words when the agent stops: bounded in time, no store.
+    fn stop(&mut self) {}
 }
 
 /// What a fetch brought back, its type erased, as the agent carries it.
@@ -156,6 +170,12 @@ pub trait AnySource: Send {
     fn fetch(&mut self) -> Fetch;
     /// [`Source::apply`] on what this source's fetch brought back.
     fn apply(&mut self, control: &mut Control, fetched: Fetched) -> Result<(), ControlError>;
+    /// [`Source::origin_of`].
+    fn origin_of(&self, net: &IpNet) -> Option<String>;
+    /// [`Source::observe`].
+    fn observe(&mut self, remediation: &Remediation);
+    /// [`Source::stop`].
+    fn stop(&mut self);
 }
 
 impl<S: Source> AnySource for S {
@@ -178,6 +198,18 @@ impl<S: Source> AnySource for S {
             // The agent hands each source its own fetches only.
             Err(_) => Ok(()),
         }
+    }
+
+    fn origin_of(&self, net: &IpNet) -> Option<String> {
+        Source::origin_of(self, net)
+    }
+
+    fn observe(&mut self, remediation: &Remediation) {
+        Source::observe(self, remediation);
+    }
+
+    fn stop(&mut self) {
+        Source::stop(self);
     }
 }
 

@@ -63,14 +63,19 @@ impl Agent {
 
     /// SIGTERM, then the exit status (failing after a minute, where an
     /// agent that missed the signal would hang the test).
-    pub fn terminate(mut self) -> std::process::ExitStatus {
+    pub fn terminate(self) -> std::process::ExitStatus {
+        self.terminate_with_log().0
+    }
+
+    /// [`Self::terminate`], and everything the agent logged.
+    pub fn terminate_with_log(mut self) -> (std::process::ExitStatus, String) {
         self.signal(libc::SIGTERM);
         let mut status = None;
         wait_for("the agent to end on SIGTERM", || {
             status = self.child.try_wait().expect("the agent's status");
             status.is_some()
         });
-        status.expect("an exit status")
+        (status.expect("an exit status"), self.log())
     }
 }
 

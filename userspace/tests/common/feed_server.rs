@@ -1,7 +1,8 @@
 //! A feed server on 127.0.0.1 for the agent tests (a thread serving
-//! tiny_http, stopped on drop): it answers every request with the current
+//! tiny_http, stopped on drop): it answers every GET with the current
 //! [`Answer`], hostile ones included (a cut body, a body sent a byte at a
-//! time, a redirect).
+//! time, a redirect), and keeps what each POST sends (a fake LAPI's
+//! usage metrics), answering 201.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -60,6 +61,15 @@ impl Drop for Trickling {
     }
 }
 
+/// What one POST sent.
+#[derive(Clone, Debug)]
+pub struct Post {
+    pub url: String,
+    /// Its headers, as `name: value` lines.
+    pub headers: Vec<String>,
+    pub body: String,
+}
+
 /// A feed server on 127.0.0.1: `GET /list` answers with the current
 /// [`Answer`]; it counts conditional requests and keeps the URL of each.
 pub struct FeedServer {
@@ -68,6 +78,8 @@ pub struct FeedServer {
     pub not_modified: Arc<AtomicU64>,
     /// The URL (path and query) of every request, in order.
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// Every POST, in order.
+    pub posts: Arc<Mutex<Vec<Post>>>,
     /// Whether a [`Answer::Trickle`] body is being sent now.
     pub trickling: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
@@ -89,18 +101,36 @@ impl FeedServer {
         let answer = Arc::new(Mutex::new(answer));
         let not_modified = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let posts = Arc::new(Mutex::new(Vec::new()));
         let trickling = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
             let (server, answer) = (Arc::clone(&server), Arc::clone(&answer));
             let (not_modified, requests) = (Arc::clone(&not_modified), Arc::clone(&requests));
             let (trickling, stopping) = (Arc::clone(&trickling), Arc::clone(&stopping));
+            let posts = Arc::clone(&posts);
             std::thread::spawn(move || {
-                for request in server.incoming_requests() {
+                for mut request in server.incoming_requests() {
                     requests
                         .lock()
                         .expect("the requests")
                         .push(request.url().to_owned());
+                    if *request.method() == tiny_http::Method::Post {
+                        let mut body = String::new();
+                        let _ = request.as_reader().read_to_string(&mut body);
+                        let post = Post {
+                            url: request.url().to_owned(),
+                            headers: request
+                                .headers()
+                                .iter()
+                                .map(|header| format!("{}: {}", header.field, header.value))
+                                .collect(),
+                            body,
+                        };
+                        posts.lock().expect("the posts").push(post);
+                        let _ = request.respond(tiny_http::Response::empty(201));
+                        continue;
+                    }
                     let condition = request
                         .headers()
                         .iter()
@@ -168,6 +198,7 @@ impl FeedServer {
             answer,
             not_modified,
             requests,
+            posts,
             trickling,
             stopping,
             server,

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _};
 use cfctl::control::{require_privileges, DropReader};
 use cfctl::drops::capture::Capture;
 use cfctl::drops::report::DropReport;
-use cfctl::drops::{Attribution, Covers, Sample};
+use cfctl::drops::{Attribution, Covers, Sample, SourceNames};
 
 use crate::cli::{CaptureArgs, DropsBy, GlobalOptions, StatsArgs, TopArgs};
 use crate::{print, report};
@@ -55,7 +55,7 @@ fn attribute(
         }
         if covers.resolve_from(&global.state_dir, global.state_dir_check(), &samples)? {
             let (exact, unsampled) = reader.exact()?;
-            attribution.record(&samples, &covers, exact, unsampled);
+            attribution.record(&samples, &covers, exact, unsampled, &SourceNames);
             samples.clear();
         }
         if !batch(&attribution)? {

@@ -19,6 +19,7 @@
 //! timeout = "30s"                # per request
 //! max_bytes = 67108864           # a larger answer is refused
 //! allow_whole_family = false     # true takes a Range 0.0.0.0/0 or ::/0
+//! metrics_interval = "30m"       # usage metrics pushed to the LAPI; at least 10m, "0": off
 //! ```
 
 use std::ops::Range;
@@ -28,6 +29,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::usage;
 use crate::sources::settings::{ConfigError, Located};
 use crate::text::excerpt;
 
@@ -90,6 +92,9 @@ pub struct CrowdsecConfig {
     /// Whether a decision for a whole family (`0.0.0.0/0`, `::/0`) is
     /// taken; ignored otherwise.
     pub allow_whole_family: bool,
+    /// How often usage metrics are pushed to the LAPI ([`super::usage`]);
+    /// none: never.
+    pub metrics_interval: Option<Duration>,
 }
 
 /// A TLS client certificate and its private key, both PEM files read at
@@ -128,6 +133,7 @@ pub(super) struct Section {
     max_bytes: Option<Spanned<u64>>,
     #[serde(default)]
     allow_whole_family: bool,
+    metrics_interval: Option<Spanned<String>>,
 }
 
 /// Checks the `[crowdsec]` section.
@@ -261,6 +267,16 @@ pub(super) fn check(
             scopes.into_inner()
         }
     };
+    let metrics_interval = match &section.metrics_interval {
+        Some(off) if off.get_ref().trim() == "0" => None,
+        interval => Some(at.optional_duration(
+            interval.as_ref(),
+            "metrics_interval",
+            usage::MIN_INTERVAL,
+            usage::DEFAULT_INTERVAL,
+            &|reason| within(&format!("{reason} (or \"0\" to push no usage metrics)")),
+        )?),
+    };
     let max_bytes = at.at_least_one(
         section.max_bytes.as_ref(),
         DEFAULT_MAX_BYTES,
@@ -283,5 +299,6 @@ pub(super) fn check(
         resync,
         max_bytes,
         allow_whole_family: section.allow_whole_family,
+        metrics_interval,
     })
 }

@@ -1,9 +1,10 @@
 //! The CrowdSec Local API as a bouncer sees it: pulling
 //! `GET /v1/decisions/stream` ([`pull`]: bounded in time and bytes, the
-//! answer parsed on the fetching thread), with an API key or a TLS client
-//! certificate, and a cheap probe ([`reachable`]: a TCP connection to its
-//! address) that tells when an unreachable LAPI answers again. Nothing
-//! here touches the store.
+//! answer parsed on the fetching thread), pushing usage metrics to
+//! `POST /v1/usage-metrics` ([`push_usage`]), with an API key or a TLS
+//! client certificate, and a cheap probe ([`reachable`]: a TCP connection
+//! to its address) that tells when an unreachable LAPI answers again.
+//! Nothing here touches the store.
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -59,9 +60,9 @@ fn null_is_empty<'de, D: serde::Deserializer<'de>>(
     Ok(Option::<Vec<Decision>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// Why a pull failed; the entries stay as they are.
+/// Why a request to the LAPI failed (a pull's entries stay as they are).
 #[derive(Debug, thiserror::Error)]
-pub enum PullError {
+pub enum LapiError {
     /// The connection failed (nothing answered).
     #[error("cannot reach the LAPI: {0}")]
     Unreachable(String),
@@ -74,6 +75,14 @@ pub enum PullError {
     /// The LAPI answered with another error.
     #[error("the LAPI answered {0}")]
     Status(u16),
+    /// The LAPI refused what was sent, and said why.
+    #[error("the LAPI answered {status}: {message}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// Its message, cut to fit a line.
+        message: String,
+    },
     /// The answer is larger than allowed.
     #[error("the answer is larger than max_bytes ({0} bytes); nothing taken from it")]
     TooLarge(u64),
@@ -96,8 +105,8 @@ pub enum PullError {
 fn pem_items(
     key: &'static str,
     path: &Path,
-) -> Result<Vec<ureq::tls::PemItem<'static>>, PullError> {
-    let error = |reason: String| PullError::TlsFile {
+) -> Result<Vec<ureq::tls::PemItem<'static>>, LapiError> {
+    let error = |reason: String| LapiError::TlsFile {
         key,
         path: path.display().to_string(),
         reason,
@@ -113,7 +122,7 @@ fn pem_items(
 fn certificates(
     key: &'static str,
     path: &Path,
-) -> Result<Vec<ureq::tls::Certificate<'static>>, PullError> {
+) -> Result<Vec<ureq::tls::Certificate<'static>>, LapiError> {
     let certificates: Vec<_> = pem_items(key, path)?
         .into_iter()
         .filter_map(|item| match item {
@@ -128,8 +137,8 @@ fn certificates(
 }
 
 /// The error of a TLS file that holds no PEM `what`.
-fn no_pem_item(key: &'static str, path: &Path, what: &str) -> PullError {
-    PullError::TlsFile {
+fn no_pem_item(key: &'static str, path: &Path, what: &str) -> LapiError {
+    LapiError::TlsFile {
         key,
         path: path.display().to_string(),
         reason: format!("holds no PEM {what}"),
@@ -137,7 +146,7 @@ fn no_pem_item(key: &'static str, path: &Path, what: &str) -> PullError {
 }
 
 /// The client certificate (with any intermediates) and key `files` name.
-fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, PullError> {
+fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, LapiError> {
     let chain = certificates("cert_file", &files.cert_file)?;
     let key = pem_items("key_file", &files.key_file)?
         .into_iter()
@@ -149,7 +158,7 @@ fn client_cert(files: &ClientCertFiles) -> Result<ureq::tls::ClientCert, PullErr
     Ok(ureq::tls::ClientCert::new_with_certs(&chain, key))
 }
 
-fn tls_config(config: &CrowdsecConfig) -> Result<ureq::tls::TlsConfig, PullError> {
+fn tls_config(config: &CrowdsecConfig) -> Result<ureq::tls::TlsConfig, LapiError> {
     let mut tls = ureq::tls::TlsConfig::builder();
     if let Some(path) = &config.ca_file {
         let roots = certificates("ca_file", path)?;
@@ -161,31 +170,48 @@ fn tls_config(config: &CrowdsecConfig) -> Result<ureq::tls::TlsConfig, PullError
     Ok(tls.build())
 }
 
-/// Asks the LAPI for the decisions changed since this key's last pull,
-/// or for all of them (`startup`).
-pub fn pull(config: &CrowdsecConfig, startup: bool) -> Result<Answer, PullError> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(config.timeout))
+/// A client for `config`'s LAPI whose requests give up after `timeout`.
+fn client(config: &CrowdsecConfig, timeout: Duration) -> Result<ureq::Agent, LapiError> {
+    Ok(ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .user_agent(user_agent())
         .tls_config(tls_config(config)?)
         .build()
-        .into();
-    let url = format!("{}/v1/decisions/stream?startup={startup}", config.url);
-    let mut request = agent.get(&url);
-    if let Some(key) = &config.api_key {
-        request = request.header("X-Api-Key", &key.0);
+        .into())
+}
+
+/// `request` with the bouncer's key, if it has one.
+fn with_key<B>(
+    config: &CrowdsecConfig,
+    request: ureq::RequestBuilder<B>,
+) -> ureq::RequestBuilder<B> {
+    match &config.api_key {
+        Some(key) => request.header("X-Api-Key", &key.0),
+        None => request,
     }
-    let response = request.call().map_err(|error| match error {
+}
+
+/// The error of a request that got no answer.
+fn failed(error: ureq::Error) -> LapiError {
+    match error {
         ureq::Error::Io(_) | ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => {
-            PullError::Unreachable(error.to_string())
+            LapiError::Unreachable(error.to_string())
         }
-        error => PullError::Http(error.to_string()),
-    })?;
+        error => LapiError::Http(error.to_string()),
+    }
+}
+
+/// Asks the LAPI for the decisions changed since this key's last pull,
+/// or for all of them (`startup`).
+pub fn pull(config: &CrowdsecConfig, startup: bool) -> Result<Answer, LapiError> {
+    let url = format!("{}/v1/decisions/stream?startup={startup}", config.url);
+    let request = with_key(config, client(config, config.timeout)?.get(&url));
+    let response = request.call().map_err(failed)?;
     match response.status().as_u16() {
         200 => {}
-        403 => return Err(PullError::Forbidden),
-        status => return Err(PullError::Status(status)),
+        403 => return Err(LapiError::Forbidden),
+        status => return Err(LapiError::Status(status)),
     }
     let mut body = Vec::new();
     response
@@ -193,11 +219,52 @@ pub fn pull(config: &CrowdsecConfig, startup: bool) -> Result<Answer, PullError>
         .into_reader()
         .take(config.max_bytes.saturating_add(1))
         .read_to_end(&mut body)
-        .map_err(|error| PullError::Http(format!("reading the answer: {error}")))?;
+        .map_err(|error| LapiError::Http(format!("reading the answer: {error}")))?;
     if body.len() as u64 > config.max_bytes {
-        return Err(PullError::TooLarge(config.max_bytes));
+        return Err(LapiError::TooLarge(config.max_bytes));
     }
-    serde_json::from_slice(&body).map_err(|error| PullError::Json(error.to_string()))
+    serde_json::from_slice(&body).map_err(|error| LapiError::Json(error.to_string()))
+}
+
+/// The longest message of a refusal kept.
+const MAX_REFUSAL: u64 = 4096;
+
+/// Posts `metrics` (an `AllMetrics` document) to the LAPI's
+/// `/v1/usage-metrics`, giving up after `timeout`. A LAPI older than the
+/// endpoint answers [`LapiError::Status`] 404.
+pub fn push_usage(
+    config: &CrowdsecConfig,
+    metrics: &impl serde::Serialize,
+    timeout: Duration,
+) -> Result<(), LapiError> {
+    let url = format!("{}/v1/usage-metrics", config.url);
+    let body = serde_json::to_vec(metrics)
+        .map_err(|error| LapiError::Http(format!("encoding the usage metrics: {error}")))?;
+    let request = with_key(config, client(config, timeout)?.post(&url))
+        .header("Content-Type", "application/json");
+    let response = request.send(&body[..]).map_err(failed)?;
+    let status = response.status().as_u16();
+    match status {
+        200..=299 => Ok(()),
+        403 => Err(LapiError::Forbidden),
+        400 | 422 => {
+            let mut body = String::new();
+            let _ = response
+                .into_body()
+                .into_reader()
+                .take(MAX_REFUSAL)
+                .read_to_string(&mut body);
+            let message = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|answer| answer["message"].as_str().map(str::to_owned))
+                .unwrap_or(body);
+            Err(LapiError::Refused {
+                status,
+                message: crate::text::excerpt(message.trim()),
+            })
+        }
+        status => Err(LapiError::Status(status)),
+    }
 }
 
 /// Whether a TCP connection to the LAPI's address opens within `timeout`:

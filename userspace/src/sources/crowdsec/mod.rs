@@ -18,27 +18,35 @@
 //!   probed every `pull` interval (a TCP connection), and the pull comes as
 //!   soon as it answers.
 //!
+//! * **Usage metrics** ([`usage`]): what the blocklist dropped, by the
+//!   decisions' origins, pushed to the LAPI every `metrics_interval` with
+//!   a pull, and once more when the agent stops.
+//!
 //! The source's state (how its pulls went, its counts by origin) is state
 //! `URL` of namespace `crowdsec`: a LAPI at another URL starts afresh.
 
 pub mod config;
 pub mod decisions;
 pub mod lapi;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime};
 
+use ipnet::IpNet;
 use prometheus::{Gauge, IntCounterVec, IntGauge, Opts};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 pub use self::config::CrowdsecConfig;
 use self::decisions::{Changes, DecisionCounts, Decisions, Taking};
-use self::lapi::{Answer, PullError};
+use self::lapi::{Answer, LapiError};
+use self::usage::{Push, UsageMetrics};
 use super::settings::{ConfigError, Located};
 use super::{AnySource, Kind, Source, SourceConfig, SourceStatus};
 use crate::control::{Change, Control, ControlError, NoProgress};
+use crate::drops::Remediation;
 use crate::store::{ListKind, Store, StoreError};
 use crate::text::Escaped;
 use crate::time::unix_seconds;
@@ -82,6 +90,10 @@ pub struct LapiState {
     pub last_error: Option<String>,
     /// Decisions by origin: received, applied, ignored, expired.
     pub counts: BTreeMap<String, DecisionCounts>,
+    /// When the LAPI last took the usage metrics.
+    pub last_metrics_push: Option<u64>,
+    /// Why the last push of usage metrics was not taken, if it was not.
+    pub metrics_push_error: Option<String>,
 }
 
 /// The LAPI's metrics.
@@ -202,6 +214,15 @@ impl Kind for Lapis {
             Escaped(&url),
             crate::text::thousands(state.live_decisions as u64)
         )];
+        match (&state.metrics_push_error, state.last_metrics_push) {
+            (Some(error), _) => {
+                lines.push(format!("    usage metrics not pushed: {}", Escaped(error)))
+            }
+            (None, Some(at)) => {
+                lines.push(format!("    usage metrics pushed {}", crate::time::utc(at)))
+            }
+            (None, None) => {}
+        }
         for (origin, counts) in &state.counts {
             lines.push(format!(
                 "    {:<12} {} received, {} applied, {} ignored, {} expired",
@@ -221,6 +242,8 @@ impl Kind for Lapis {
             "last_resync": state.last_resync,
             "last_error": state.last_error,
             "origins": state.counts,
+            "last_metrics_push": state.last_metrics_push,
+            "metrics_push_error": state.metrics_push_error,
         });
         Ok(Some(SourceStatus {
             key: "crowdsec",
@@ -255,6 +278,7 @@ impl SourceConfig for CrowdsecConfig {
             "url": self.url,
             "pull_seconds": self.pull.as_secs(),
             "resync_seconds": self.resync.as_secs(),
+            "metrics_interval_seconds": self.metrics_interval.map(|interval| interval.as_secs()),
             "scopes": self.scopes,
             "types": self.types,
         });
@@ -275,6 +299,7 @@ impl SourceConfig for CrowdsecConfig {
             backoff_until: now,
             next_resync: now,
             logged: std::collections::HashSet::new(),
+            usage: UsageMetrics::new(self.metrics_interval),
         }))
     }
 
@@ -298,6 +323,7 @@ struct Lapi {
     next_resync: Instant,
     /// Ignored-decision reasons already logged.
     logged: std::collections::HashSet<String>,
+    usage: UsageMetrics,
 }
 
 /// What a pull asks for.
@@ -315,12 +341,14 @@ enum Ask {
 enum Pulled {
     /// The probe found nothing answering: no pull was made.
     Unreachable,
-    /// A pull, with when it was sent and how long it took.
+    /// A pull, with when it was sent and how long it took, and the push
+    /// of usage metrics that went with it, if one was due.
     Answer {
         ask: Ask,
         attempted: SystemTime,
-        answer: Result<Answer, PullError>,
+        answer: Result<Answer, LapiError>,
         took: Duration,
+        pushed: Option<(Box<Push>, Result<(), LapiError>)>,
     },
 }
 
@@ -457,6 +485,9 @@ impl Source for Lapi {
             Ask::Changes
         };
         let probe_first = self.failures > 0 && now < self.backoff_until;
+        let push = self
+            .usage
+            .due(now, &self.decisions, self.state.last_success);
         let config = self.config.clone();
         Box::new(move || {
             if probe_first && !lapi::reachable(&config, config.timeout.min(config.pull)) {
@@ -465,11 +496,17 @@ impl Source for Lapi {
             let attempted = SystemTime::now();
             let started = Instant::now();
             let answer = lapi::pull(&config, ask != Ask::Changes);
+            let took = started.elapsed();
+            let pushed = push.map(|push| {
+                let result = lapi::push_usage(&config, &push.document, config.timeout);
+                (Box::new(push), result)
+            });
             Pulled::Answer {
                 ask,
                 attempted,
                 answer,
-                took: started.elapsed(),
+                took,
+                pushed,
             }
         })
     }
@@ -480,6 +517,7 @@ impl Source for Lapi {
             attempted,
             answer,
             took,
+            pushed,
         } = pulled
         else {
             self.due = Instant::now() + self.config.pull;
@@ -487,7 +525,7 @@ impl Source for Lapi {
         };
         let counts_before = self.state.counts.clone();
         self.state.last_attempt = Some(unix_seconds(attempted));
-        let unreachable = matches!(answer, Err(PullError::Unreachable(_)));
+        let unreachable = matches!(answer, Err(LapiError::Unreachable(_)));
         let outcome = match answer {
             Ok(answer) => self.take(control, ask, &answer, took),
             Err(error) => Err(error.to_string()),
@@ -528,11 +566,37 @@ impl Source for Lapi {
                 };
             }
         }
+        if let Some((push, result)) = pushed {
+            self.usage.record(*push, result, &mut self.state);
+        }
         self.state.live_decisions = self.decisions.live(SystemTime::now());
         METRICS.show(&counts_before, &self.state);
         let mut txn = control.store().begin()?;
         txn.set_state(NAMESPACE, &self.config.url, &self.state)?;
         txn.commit()?;
         Ok(())
+    }
+
+    fn origin_of(&self, net: &IpNet) -> Option<String> {
+        self.decisions.origin_of(net)
+    }
+
+    fn observe(&mut self, remediation: &Remediation) {
+        self.usage.observe(remediation);
+    }
+
+    fn stop(&mut self) {
+        let last_pull = self.state.last_success;
+        let Some((push, timeout)) =
+            self.usage
+                .at_stop(&self.decisions, last_pull, self.config.timeout)
+        else {
+            return;
+        };
+        let result = lapi::push_usage(&self.config, &push.document, timeout);
+        if result.is_ok() {
+            tracing::info!("usage metrics pushed to the LAPI at the stop");
+        }
+        self.usage.record(push, result, &mut self.state);
     }
 }

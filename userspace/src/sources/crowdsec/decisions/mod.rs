@@ -30,9 +30,11 @@ use serde::{Deserialize, Serialize};
 
 use super::config::CrowdsecConfig;
 use super::lapi::{Answer, Decision};
+use super::SOURCE;
 use crate::netlist;
 use crate::store::NewEntry;
 use crate::text::{self, excerpt, MAX_COMMENT_BYTES};
+use crate::Family;
 
 /// Two expiries of one network this close are the same listing (a whole
 /// answer gives each decision's time left, which moves with the clock).
@@ -127,6 +129,35 @@ impl Decisions {
     /// Networks the source lists.
     pub fn listed(&self) -> usize {
         self.listed.len()
+    }
+
+    /// The origin reported for drops of `net`: that of the decision that
+    /// speaks for it ([`reported_origin`]), if one was taken.
+    pub fn origin_of(&self, net: &IpNet) -> Option<String> {
+        let speaker = self
+            .by_net
+            .get(net)?
+            .iter()
+            .max_by_key(|taken| (taken.expires, taken.id))?;
+        Some(reported_origin(&speaker.origin, &speaker.scenario))
+    }
+
+    /// The networks listed at `now`, by reported origin and family (a
+    /// bouncer's `active_decisions`).
+    pub fn listed_by_origin(&self, now: SystemTime) -> BTreeMap<(String, Family), u64> {
+        let mut counts = BTreeMap::new();
+        for (net, (expires, _)) in &self.listed {
+            if *expires <= now {
+                continue;
+            }
+            let origin = self.origin_of(net).unwrap_or_else(|| SOURCE.to_owned());
+            let family = match net {
+                IpNet::V4(_) => Family::Ipv4,
+                IpNet::V6(_) => Family::Ipv6,
+            };
+            *counts.entry((origin, family)).or_default() += 1;
+        }
+        counts
     }
 
     /// Takes `answer` at `now`, counting each decision's fate in `counts`
@@ -284,6 +315,16 @@ fn comment(taken: &Taken) -> String {
     let id = format!(" #{}", taken.id);
     let reason = format!("{}/{}", taken.origin, taken.scenario);
     text::cut(reason, MAX_COMMENT_BYTES - id.len()) + &id
+}
+
+/// The origin a bouncer reports for a decision's drops: its origin, or
+/// `lists:SCENARIO` for a decision of a blocklist (origin `lists`, the
+/// list's name as scenario), as CrowdSec's firewall bouncer labels them.
+pub fn reported_origin(origin: &str, scenario: &str) -> String {
+    match origin {
+        "lists" => format!("lists:{scenario}"),
+        _ => origin.to_owned(),
+    }
 }
 
 /// The network a new decision names and the time it has left, if the

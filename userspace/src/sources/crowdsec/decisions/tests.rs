@@ -24,6 +24,7 @@ fn config() -> CrowdsecConfig {
         resync: Duration::from_secs(300),
         max_bytes: 1 << 20,
         allow_whole_family: false,
+        metrics_interval: None,
     }
 }
 
@@ -384,4 +385,63 @@ fn a_stream_answer_with_nulls_parses() {
     .unwrap();
     assert_eq!((answer.new.len(), answer.deleted.len()), (1, 0));
     assert!(serde_json::from_str::<Answer>("[1, 2]").is_err());
+}
+
+#[test]
+fn the_decision_that_speaks_for_a_network_names_its_origin() {
+    let config = CrowdsecConfig {
+        exclude_origins: vec![],
+        ..config()
+    };
+    let mut taker = Taker::default();
+    let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let from = |origin: &str, scenario: &str, decision: Decision| Decision {
+        origin: origin.into(),
+        scenario: scenario.into(),
+        ..decision
+    };
+    let answer = new(vec![
+        from("CAPI", "ssh-bf", decision(1, "Ip", "198.18.0.1", "1h")),
+        // The longer decision speaks for the network.
+        from("lists", "firehol_l1", decision(2, "Ip", "198.18.0.1", "3h")),
+        decision(3, "Ip", "198.18.0.2", "1h"),
+        decision(4, "Ip", "2001:db8::1", "1h"),
+        from(
+            "CAPI",
+            "http-probing",
+            decision(5, "Ip", "198.18.0.3", "2h"),
+        ),
+    ]);
+    taker.take(&config, answer, Taking::Replace, now);
+    let decisions = &taker.decisions;
+    assert_eq!(
+        decisions.origin_of(&net("198.18.0.1/32")).as_deref(),
+        Some("lists:firehol_l1")
+    );
+    assert_eq!(
+        decisions.origin_of(&net("198.18.0.2/32")).as_deref(),
+        Some("cscli")
+    );
+    assert_eq!(decisions.origin_of(&net("198.18.0.9/32")), None);
+    let counts = |at| -> Vec<(String, Family, u64)> {
+        decisions
+            .listed_by_origin(at)
+            .into_iter()
+            .map(|((origin, family), count)| (origin, family, count))
+            .collect()
+    };
+    assert_eq!(
+        counts(now),
+        [
+            ("CAPI".to_owned(), Family::Ipv4, 1),
+            ("cscli".to_owned(), Family::Ipv4, 1),
+            ("cscli".to_owned(), Family::Ipv6, 1),
+            ("lists:firehol_l1".to_owned(), Family::Ipv4, 1),
+        ]
+    );
+    // Listings that ended are no longer counted.
+    assert_eq!(
+        counts(now + Duration::from_secs(7200)),
+        [("lists:firehol_l1".to_owned(), Family::Ipv4, 1)]
+    );
 }
