@@ -447,14 +447,33 @@ mod tests {
     #[test]
     fn the_document_has_what_the_lapi_requires() {
         let mut usage = UsageMetrics::new(Some(HOUR));
-        usage.observe(&remediation(&[], 0));
+        usage.observe(&remediation(&[("cscli", Family::Ipv6, 2.0)], 0));
         let (push, timeout) = usage
             .at_stop(&Decisions::default(), Some(1_700_000_000), HOUR)
             .expect("a push at the stop");
         assert_eq!(timeout, STOP_PUSH_TIMEOUT);
         let document = serde_json::to_value(&push.document).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/usage-metrics.schema.json"
+        )))
+        .unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&document)
+            .map(|error| error.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{errors:?} in {document}");
+        // The schema is strict enough to catch a field missing or misspelt.
+        for (field, misspelt) in [("version", "versoin"), ("utc_startup_timestamp", "startup")] {
+            let mut wrong = document.clone();
+            let component = &mut wrong["remediation_components"][0];
+            let value = component[field].take();
+            component.as_object_mut().unwrap().remove(field);
+            component[misspelt] = value;
+            assert!(!validator.is_valid(&wrong), "{field} misspelt passes");
+        }
         let components = document["remediation_components"].as_array().unwrap();
-        assert_eq!(components.len(), 1, "exactly one remediation component");
         let component = &components[0];
         assert_eq!(component["type"], BOUNCER_TYPE);
         assert_eq!(
