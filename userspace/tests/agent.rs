@@ -813,3 +813,183 @@ fn the_shipped_service_units_verify_and_the_example_configuration_checks() {
     ]);
     assert!(summary.contains("firehol_level1"), "{summary}");
 }
+
+/// The datagrams systemd would receive on `socket`, read until `until`
+/// holds of them all (failing after a minute).
+fn notifications_until(
+    socket: &std::os::unix::net::UnixDatagram,
+    seen: &mut Vec<String>,
+    what: &str,
+    mut until: impl FnMut(&[String]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buffer = [0; 4096];
+    while !until(seen) {
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting: {what}; got {seen:?}"
+        );
+        if let Ok(length) = socket.recv(&mut buffer) {
+            seen.push(String::from_utf8_lossy(&buffer[..length]).into_owned());
+        }
+    }
+}
+
+/// Under systemd (`Type=notify`), the agent says READY=1 once its feed's
+/// first list is applied, a STATUS line, WATCHDOG=1 while the loop runs,
+/// RELOADING=1 then READY=1 around SIGHUP, and STOPPING=1 at SIGTERM: a
+/// listener on a `NOTIFY_SOCKET` of the test's own reads them.
+#[test]
+fn the_agent_tells_systemd_it_is_ready_alive_reloading_and_stopping() {
+    let cfctl = Cfctl::new("agent-notify");
+    let address = "198.18.188.3";
+    let server = FeedServer::start(Answer::List(format!("{address}\n")));
+    let dir = tempfile::tempdir().expect("a directory for the socket");
+    let path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("a notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("a timeout");
+    let config = feed_config("n", &server.url(), "");
+    let agent = Agent::start_under_systemd(&cfctl, &config, &path, 1_000_000);
+    let mut seen = Vec::new();
+    notifications_until(&socket, &mut seen, "READY=1", |seen| {
+        seen.iter().any(|message| message.contains("READY=1"))
+    });
+    // Ready means the feed's list is in.
+    assert!(listed(&cfctl, address));
+    let ready = seen
+        .iter()
+        .find(|message| message.contains("READY=1"))
+        .expect("the ready message");
+    assert!(ready.contains("STATUS=following 1 sources"), "{seen:?}");
+    assert!(
+        seen[0].contains("STATUS=waiting for the first fetch of 1 of 1 sources"),
+        "{seen:?}"
+    );
+    notifications_until(&socket, &mut seen, "two watchdog pings", |seen| {
+        seen.iter()
+            .filter(|message| *message == "WATCHDOG=1\n")
+            .count()
+            >= 2
+    });
+    agent.signal(libc::SIGHUP);
+    let ready_before = seen
+        .iter()
+        .filter(|message| message.contains("READY=1"))
+        .count();
+    notifications_until(&socket, &mut seen, "the reload's READY=1", |seen| {
+        seen.iter()
+            .filter(|message| message.contains("READY=1"))
+            .count()
+            > ready_before
+    });
+    let reloading = seen
+        .iter()
+        .position(|message| message.contains("RELOADING=1"))
+        .expect("RELOADING=1 before the reload's READY=1");
+    assert!(seen[reloading].contains("MONOTONIC_USEC="), "{seen:?}");
+    assert!(agent.terminate().success());
+    notifications_until(&socket, &mut seen, "STOPPING=1", |seen| {
+        seen.iter().any(|message| message.contains("STOPPING=1"))
+    });
+}
+
+/// The log's levels come from `--log-level`, else `RUST_LOG`; `--log-format
+/// json` writes one JSON object per line; into the journal (its
+/// `JOURNAL_STREAM` naming standard error), each line starts with its
+/// priority; a bad level is refused naming the flag.
+#[test]
+fn the_log_takes_its_levels_formats_and_the_journals_priorities() {
+    let cfctl = Cfctl::new("agent-log");
+    let server = FeedServer::start(Answer::List("198.18.189.3\n".to_owned()));
+    let dir = tempfile::tempdir().expect("a directory");
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, feed_config("l", &server.url(), "")).expect("the configuration");
+    let config = config.to_str().expect("UTF-8");
+    let log_file = dir.path().join("stderr");
+    let run = |arguments: &[&str], environment: &[(&str, String)]| -> String {
+        let stderr = std::fs::File::create(&log_file).expect("a log file");
+        let mut command_line = vec!["agent", "--once", "--config", config];
+        command_line.extend_from_slice(arguments);
+        let status = cfctl
+            .command(&command_line)
+            .env_remove("RUST_LOG")
+            .envs(
+                environment
+                    .iter()
+                    .map(|(name, value)| (*name, value.as_str())),
+            )
+            .stderr(stderr)
+            .status()
+            .expect("running the agent");
+        let log = std::fs::read_to_string(&log_file).expect("the log");
+        assert!(status.success(), "{log}");
+        log
+    };
+    let text = run(&[], &[]);
+    assert!(
+        text.contains(" INFO ") && text.contains("feed refreshed"),
+        "{text}"
+    );
+
+    let json = run(&["--log-format", "json"], &[]);
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|event| event["level"] == "INFO" && event["fields"]["message"] == "agent started"),
+        "{json}"
+    );
+
+    for (arguments, environment) in [
+        (vec!["--log-level", "warn"], vec![]),
+        (vec![], vec![("RUST_LOG", "warn".to_owned())]),
+    ] {
+        let quiet = run(&arguments, &environment);
+        assert!(
+            !quiet.contains("INFO"),
+            "{arguments:?} {environment:?}: {quiet}"
+        );
+    }
+    let debug = run(
+        &["--log-level", "warn"],
+        &[("RUST_LOG", "debug".to_owned())],
+    );
+    assert!(
+        !debug.contains("INFO"),
+        "the flag wins over RUST_LOG: {debug}"
+    );
+
+    // What systemd sets for a service whose standard error is the journal.
+    std::fs::File::create(&log_file).expect("a log file");
+    let metadata = std::fs::metadata(&log_file).expect("the log's metadata");
+    let stream = {
+        use std::os::unix::fs::MetadataExt;
+        format!("{}:{}", metadata.dev(), metadata.ino())
+    };
+    let journal = run(&[], &[("JOURNAL_STREAM", stream)]);
+    assert!(
+        journal.lines().all(|line| line.starts_with('<')),
+        "{journal}"
+    );
+    assert!(
+        journal
+            .lines()
+            .any(|line| line.starts_with("<6>") && line.contains("agent started")),
+        "{journal}"
+    );
+
+    let refused = cfctl.fails(&[
+        "agent",
+        "--once",
+        "--config",
+        config,
+        "--log-level",
+        "cfctl=loud",
+    ]);
+    assert!(refused.contains("--log-level 'cfctl=loud'"), "{refused}");
+}

@@ -35,6 +35,7 @@ pub mod drops;
 pub mod lock;
 pub mod log;
 pub mod metrics;
+mod notify;
 mod signals;
 pub mod status;
 pub mod watch;
@@ -60,6 +61,7 @@ use config::Config;
 use drops::DropWatch;
 use lock::{AgentLock, LockError};
 use metrics::Metrics;
+use notify::Notifier;
 use signals::Signals;
 use status::AgentRecord;
 use watch::StoreWatch;
@@ -180,13 +182,16 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         metrics = ?agent.config.metrics,
         "agent started"
     );
+    let mut notifier = Notifier::from_environment();
     let mut touched = true;
     loop {
         if signals
             .reload
             .swap(false, std::sync::atomic::Ordering::SeqCst)
         {
+            notifier.reloading();
             agent.reload();
+            notifier.reloaded();
         }
         agent.start_due_fetches();
         let next = match agent.pass(touched) {
@@ -201,16 +206,21 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
             }
             Err(error) => return Err(error),
         };
+        notifier.pass(agent.every_source_fetched(), agent.status_line());
+        notifier.ping();
         if (options.once && agent.every_source_fetched()) || signals.stopping() {
             break;
         }
+        let next = [next, notifier.due()].into_iter().flatten().min();
         touched = signals
             .sleep_until(next, &mut agent.watch, &agent.fetched)
             .store_touched;
+        notifier.ping();
         if signals.stopping() {
             break;
         }
     }
+    notifier.stopping();
     for running in &mut agent.sources {
         running.source.stop();
     }
@@ -402,6 +412,22 @@ impl Agent {
                 tracing::error!(source = running.source.name(), %error, "cannot start a fetch");
                 running.in_flight = false;
             }
+        }
+    }
+
+    /// What the agent is doing, in a line (systemd's status).
+    fn status_line(&self) -> String {
+        let waiting = self
+            .sources
+            .iter()
+            .filter(|running| !running.fetched)
+            .count();
+        match waiting {
+            0 => format!("following {} sources", self.sources.len()),
+            _ => format!(
+                "waiting for the first fetch of {waiting} of {} sources",
+                self.sources.len()
+            ),
         }
     }
 

@@ -28,16 +28,47 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(cfctl: &Cfctl, config: &str) -> Self {
+        Self::start_with(cfctl, config, |command| command)
+    }
+
+    /// [`Self::start`] as systemd would start a `Type=notify` service with
+    /// `WatchdogSec`: `NOTIFY_SOCKET` names `socket`, `WATCHDOG_USEC` is
+    /// `watchdog_usec` and `WATCHDOG_PID` the agent's PID (a shell sets it
+    /// to its own and then runs the agent in its place).
+    pub fn start_under_systemd(
+        cfctl: &Cfctl,
+        config: &str,
+        socket: &std::path::Path,
+        watchdog_usec: u64,
+    ) -> Self {
+        Self::start_with(cfctl, config, |agent| {
+            let mut shell = std::process::Command::new("sh");
+            shell
+                .args(["-c", "WATCHDOG_PID=$$ exec \"$@\"", "sh"])
+                .arg(agent.get_program())
+                .args(agent.get_args())
+                .env("NOTIFY_SOCKET", socket)
+                .env("WATCHDOG_USEC", watchdog_usec.to_string());
+            shell
+        })
+    }
+
+    /// [`Self::start`], the command line changed by `wrap`.
+    fn start_with(
+        cfctl: &Cfctl,
+        config: &str,
+        wrap: impl FnOnce(std::process::Command) -> std::process::Command,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("a directory for the agent");
         let file = dir.path().join("agent.toml");
         std::fs::write(&file, config).expect("writing the configuration");
         let log = dir.path().join("agent.log");
-        let child = cfctl
-            .command(&["agent", "--config", file.to_str().expect("a UTF-8 path")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("a log file"))
-            .spawn()
-            .expect("starting cfctl agent");
+        let child =
+            wrap(cfctl.command(&["agent", "--config", file.to_str().expect("a UTF-8 path")]))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("a log file"))
+                .spawn()
+                .expect("starting cfctl agent");
         Self {
             child,
             config: file,

@@ -21,7 +21,7 @@ pub fn run(global: &GlobalOptions, args: &AgentArgs) -> anyhow::Result<()> {
         return print(global, &ConfigSummary::of(&config), config_summary);
     }
     require_privileges("run the agent on the pinned blocklist and its store")?;
-    agent::log::init();
+    agent::log::init(args.log_level.as_deref(), args.log_format)?;
     agent::run(&AgentOptions {
         config: args.config.clone(),
         pin_dir: global.pin_dir.clone(),

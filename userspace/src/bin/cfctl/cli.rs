@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cfctl::agent::log::LogFormat;
 use cfctl::control::{AttachMode, CapacityChoice, MemoryCeiling, Sampling};
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
@@ -315,6 +316,23 @@ pub struct AgentArgs {
     /// Check the configuration, print what it sets up, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// The levels logged: error, warn, info, debug or trace, or a tracing
+    /// filter such as `info,cfctl=debug` [default: RUST_LOG, else info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// The log's lines: text, or one JSON object per event.
+    #[arg(long, value_name = "FORMAT", value_parser = log_format(), default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// The log formats, by name.
+fn log_format() -> impl TypedValueParser<Value = LogFormat> {
+    PossibleValuesParser::new(LogFormat::ALL.map(|(name, _)| name)).map(|name| {
+        LogFormat::ALL
+            .into_iter()
+            .find_map(|(known, format)| (known == name).then_some(format))
+            .expect("one of the possible values")
+    })
 }
 
 #[derive(Debug, Args)]
