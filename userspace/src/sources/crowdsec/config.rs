@@ -15,6 +15,8 @@
 //! exclude_origins = []           # never these
 //! scenarios = []                 # only these scenarios (empty: all)
 //! exclude_scenarios = []         # never these
+//! scenarios_containing = []      # only scenarios holding one of these (empty: all)
+//! scenarios_not_containing = []  # never scenarios holding one of these
 //! ca_file = "/etc/cfctl/lapi-ca.pem"  # extra trusted roots for https://
 //! timeout = "30s"                # per request
 //! max_bytes = 67108864           # a larger answer is refused
@@ -80,6 +82,11 @@ pub struct CrowdsecConfig {
     pub scenarios: Vec<String>,
     /// Never decisions of these scenarios.
     pub exclude_scenarios: Vec<String>,
+    /// Only decisions whose scenario holds one of these (empty: every
+    /// scenario), as the firewall bouncer's `scenarios_containing`.
+    pub scenarios_containing: Vec<String>,
+    /// Never decisions whose scenario holds one of these.
+    pub scenarios_not_containing: Vec<String>,
     /// Extra trusted root certificates (PEM) for an `https://` URL.
     pub ca_file: Option<PathBuf>,
     /// How long one request may take.
@@ -125,6 +132,10 @@ pub(super) struct Section {
     scenarios: Vec<String>,
     #[serde(default)]
     exclude_scenarios: Vec<String>,
+    #[serde(default)]
+    scenarios_containing: Vec<String>,
+    #[serde(default)]
+    scenarios_not_containing: Vec<String>,
     ca_file: Option<PathBuf>,
     cert_file: Option<Spanned<PathBuf>>,
     key_file: Option<Spanned<PathBuf>>,
@@ -294,6 +305,8 @@ pub(super) fn check(
         exclude_origins: section.exclude_origins,
         scenarios: section.scenarios,
         exclude_scenarios: section.exclude_scenarios,
+        scenarios_containing: section.scenarios_containing,
+        scenarios_not_containing: section.scenarios_not_containing,
         ca_file: section.ca_file,
         timeout,
         resync,

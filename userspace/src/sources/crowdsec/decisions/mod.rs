@@ -392,8 +392,15 @@ fn ignored_because(config: &CrowdsecConfig, decision: &Decision) -> Option<Strin
             excerpt(&decision.origin)
         ));
     }
+    let held = |parts: &[String]| {
+        parts
+            .iter()
+            .any(|part| decision.scenario.contains(part.as_str()))
+    };
     if (!config.scenarios.is_empty() && !listed(&config.scenarios, &decision.scenario))
         || listed(&config.exclude_scenarios, &decision.scenario)
+        || (!config.scenarios_containing.is_empty() && !held(&config.scenarios_containing))
+        || held(&config.scenarios_not_containing)
     {
         return Some(format!(
             "scenario '{}' not followed",

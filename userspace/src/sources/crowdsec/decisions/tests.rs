@@ -19,6 +19,8 @@ fn config() -> CrowdsecConfig {
         exclude_origins: vec!["CAPI".into()],
         scenarios: vec![],
         exclude_scenarios: vec![],
+        scenarios_containing: vec![],
+        scenarios_not_containing: vec![],
         ca_file: None,
         timeout: Duration::from_secs(1),
         resync: Duration::from_secs(300),
@@ -444,4 +446,22 @@ fn the_decision_that_speaks_for_a_network_names_its_origin() {
         counts(now + Duration::from_secs(7200)),
         [("lists:firehol_l1".to_owned(), Family::Ipv4, 1)]
     );
+}
+
+#[test]
+fn scenarios_are_followed_by_what_they_contain() {
+    let config = CrowdsecConfig {
+        exclude_origins: vec![],
+        scenarios_containing: vec!["ssh".into(), "http".into()],
+        scenarios_not_containing: vec!["probing".into()],
+        ..config()
+    };
+    let with = |scenario: &str| Decision {
+        scenario: scenario.into(),
+        ..decision(1, "Ip", "198.18.0.1", "1h")
+    };
+    assert!(ignored_because(&config, &with("crowdsecurity/ssh-bf")).is_none());
+    assert!(ignored_because(&config, &with("crowdsecurity/http-bad-user-agent")).is_none());
+    assert!(ignored_because(&config, &with("crowdsecurity/http-probing")).is_some());
+    assert!(ignored_because(&config, &with("crowdsecurity/smb-bf")).is_some());
 }
