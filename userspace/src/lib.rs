@@ -25,7 +25,7 @@
 //! | [`device`] | the client of the firmware's serial protocol | `plan`, `filter` |
 //! | [`drops`] | the attribution of sampled drops to sources, entries, addresses and interfaces; their frames as pcap | `store`, `time` |
 //! | [`control`] | the one update path: from a source through the store and the plan to a live filter or a device; status, check, verify | `store`, `plan`, `filter`, `xdp`, `device`, `drops`, `setting_names`, `text`, `time` |
-//! | [`sources`] | where entries come from: the command line, files, feeds, a Local API, each in its own module | `control`, `store`, `netlist`, `filter`, `text`, `time` |
+//! | [`sources`] | where entries come from: the command line, files, feeds, a Local API, each in its own module | `control`, `drops`, `store`, `netlist`, `filter`, `text`, `time` |
 //! | [`agent`] | the long-running service: a scheduler of the sources, the expiry sweep, metrics | `sources`, `control`, `drops`, `store`, `text`, `time` |
 //! | `cfctl` (the binary) | the command line, reports, and the verbs on XDP and on devices | `agent`, `sources`, `control`, `drops`, `netlist`, `paths`, `text`, `time` |
 //! <!-- /rooms -->

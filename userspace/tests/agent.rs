@@ -777,9 +777,9 @@ fn the_shipped_service_units_verify_and_the_example_configuration_checks() {
     let cfctl_binary = env!("CARGO_BIN_EXE_cfctl");
     for unit in ["cfctl-agent.service", "cfctl-attach@.service"] {
         let text = std::fs::read_to_string(dist.join(unit)).expect("reading a unit");
-        assert!(text.contains("ExecStart=/usr/local/bin/cfctl "), "{unit}");
+        assert!(text.contains("ExecStart=/usr/bin/cfctl "), "{unit}");
         let copy = units.path().join(unit);
-        std::fs::write(&copy, text.replace("/usr/local/bin/cfctl", cfctl_binary))
+        std::fs::write(&copy, text.replace("/usr/bin/cfctl", cfctl_binary))
             .expect("writing a unit");
         for check in [
             vec!["verify".to_owned()],

@@ -31,7 +31,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::usage;
 use crate::sources::settings::{ConfigError, Located};
 use crate::text::excerpt;
 
@@ -42,6 +41,11 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 /// The shortest resync interval.
 pub const MIN_RESYNC: Duration = Duration::from_secs(10);
+
+/// How often usage metrics are pushed unless the section says otherwise.
+pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(30 * 60);
+/// The shortest push interval (the LAPI keeps every push it takes).
+pub const MIN_METRICS_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
 /// The scopes a CrowdSec decision may have that the agent understands.
 pub const CROWDSEC_SCOPES: [&str; 2] = ["Ip", "Range"];
@@ -283,8 +287,8 @@ pub(super) fn check(
         interval => Some(at.optional_duration(
             interval.as_ref(),
             "metrics_interval",
-            usage::MIN_INTERVAL,
-            usage::DEFAULT_INTERVAL,
+            MIN_METRICS_INTERVAL,
+            DEFAULT_METRICS_INTERVAL,
             &|reason| within(&format!("{reason} (or \"0\" to push no usage metrics)")),
         )?),
     };

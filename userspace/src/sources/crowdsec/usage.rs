@@ -37,10 +37,6 @@ use crate::drops::Remediation;
 use crate::time::unix_seconds;
 use crate::{Family, Setting};
 
-/// The push interval unless the configuration says otherwise.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30 * 60);
-/// The shortest push interval (the LAPI keeps every push it takes).
-pub const MIN_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// The bouncer type the pushes name, the one the `User-Agent` gives.
 pub const BOUNCER_TYPE: &str = "crowdsec-cfctl-bouncer";
 /// The longest the push at the agent's stop may take.
