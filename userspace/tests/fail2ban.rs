@@ -34,6 +34,13 @@ impl Fail2ban {
     /// 10 minutes), `repeat` (bans of 2 seconds, of 10 minutes for a repeat
     /// offender: `bantime.increment`) and `perm` (permanent bans).
     fn start(cfctl: &Cfctl) -> Self {
+        Self::start_with(cfctl, "", &[])
+    }
+
+    /// [`Self::start`] with more jails (`extra_jails`, sections of
+    /// jail.conf in which `{root}` is fail2ban's directory) and the
+    /// actions they use (name, text).
+    fn start_with(cfctl: &Cfctl, extra_jails: &str, extra_actions: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("a directory for fail2ban");
         let root = dir.path();
         let config = root.join("config");
@@ -43,6 +50,9 @@ impl Fail2ban {
         let action =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/fail2ban/action.d/cfctl.conf");
         std::fs::copy(action, config.join("action.d/cfctl.conf")).expect("the action");
+        for (name, text) in extra_actions {
+            std::fs::write(config.join(format!("action.d/{name}.conf")), text).expect("an action");
+        }
         std::fs::write(
             config.join("filter.d/test.conf"),
             "[Definition]\nfailregex = ^Failed login from <HOST>$\nignoreregex =\ndatepattern = {NONE}\n",
@@ -81,10 +91,11 @@ impl Fail2ban {
                  [test]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = 600\n\n\
                  [repeat]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = 2\n\
                  bantime.increment = true\nbantime.multipliers = 1 300\n\n\
-                 [perm]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = -1\n",
+                 [perm]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = -1\n\n{}",
                 watched.display(),
                 repeat.display(),
-                quiet.display()
+                quiet.display(),
+                extra_jails.replace("{root}", &r.to_string())
             ),
         )
         .expect("jail.conf");
@@ -167,8 +178,22 @@ impl Fail2ban {
 
     /// Waits for `condition`, failing with `what` and fail2ban's log
     /// after a minute.
-    fn wait_for(&self, what: &str, mut condition: impl FnMut() -> bool) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    fn wait_for(&self, what: &str, condition: impl FnMut() -> bool) {
+        self.wait_within(std::time::Duration::from_secs(60), what, condition);
+    }
+
+    /// [`Self::wait_for`] with ten minutes' patience (a benchmark).
+    fn wait_for_long(&self, what: &str, condition: impl FnMut() -> bool) {
+        self.wait_within(std::time::Duration::from_secs(600), what, condition);
+    }
+
+    fn wait_within(
+        &self,
+        patience: std::time::Duration,
+        what: &str,
+        mut condition: impl FnMut() -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + patience;
         while !condition() {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -268,4 +293,86 @@ fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
     assert!(listed(&cfctl, &by_hand));
     let log = fail2ban.log();
     assert!(!log.contains("ERROR"), "{log}");
+}
+
+/// fail2ban's per-ban action for the strongest common alternative: the
+/// `ipset -exist add` that `iptables-ipset` runs for each ban (without its
+/// iptables rules, whose cost is paid once at the start).
+const IPSET_ACTION: &str = "[Definition]\n\
+    actionstart = ipset -exist create f2b-<name> hash:ip timeout 0\n\
+    actionstop = ipset destroy f2b-<name>\n\
+    actionban = ipset -exist add f2b-<name> <ip> timeout 0\n\
+    actionunban = ipset -exist del f2b-<name> <ip>\n";
+
+/// How long fail2ban takes to apply `count` bans of jail `jail` given at
+/// once (`banip` with every address), until `applied` says they all are.
+fn time_bans(
+    fail2ban: &Fail2ban,
+    jail: &str,
+    addresses: &[String],
+    mut applied: impl FnMut() -> usize,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    let mut args = vec!["set", jail, "banip"];
+    args.extend(addresses.iter().map(String::as_str));
+    fail2ban.client(&args);
+    // Looked at four times a second: often enough, and rarely enough
+    // that the looking costs the bans little.
+    fail2ban.wait_for_long(&format!("{} bans of {jail}", addresses.len()), || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        applied() >= addresses.len()
+    });
+    started.elapsed()
+}
+
+/// A measurement, not a test: 1,000 bans given to fail2ban at once,
+/// applied through cfctl's action into an attached filter, and through
+/// the `ipset add` of fail2ban's ipset actions, in the same run (three
+/// rounds, alternating). Run by `./x bench-agent`; needs ipset.
+#[test]
+#[ignore = "a benchmark: ./x bench-agent"]
+fn a_thousand_fail2ban_bans() {
+    let (_network, cfctl) = attached(191, "fail2ban-bench", "4096", "skb");
+    let jails =
+        "[bench]\nenabled = true\nfilter = test\nlogpath = {root}/quiet.log\nbantime = 3600\n\n\
+        [bench6]\nenabled = true\nfilter = test\nlogpath = {root}/quiet.log\nbantime = 3600\n\
+        action = ipset-only\n";
+    let fail2ban = Fail2ban::start_with(&cfctl, jails, &[("ipset-only", IPSET_ACTION)]);
+    let ipset_entries = || {
+        let output = Command::new("ipset")
+            .args(["list", "f2b-bench6", "-terse"])
+            .output()
+            .expect("running ipset");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .find_map(|line| line.strip_prefix("Number of entries: "))
+            .and_then(|count| count.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let cfctl_entries = || {
+        cfctl
+            .json(&["list", "--source", "fail2ban:bench"])
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    for round in 0..3u32 {
+        let addresses: Vec<String> = (0..1000u32)
+            .map(|index| {
+                let host = 0xc612_c000 + round * 1024 + index; // 198.18.192.0/20
+                std::net::Ipv4Addr::from(host).to_string()
+            })
+            .collect();
+        let ours = time_bans(&fail2ban, "bench", &addresses, cfctl_entries);
+        let theirs = time_bans(&fail2ban, "bench6", &addresses, ipset_entries);
+        println!(
+            "round {round}: cfctl action {:.2} s, ipset action {:.2} s, ratio {:.2}",
+            ours.as_secs_f64(),
+            theirs.as_secs_f64(),
+            ours.as_secs_f64() / theirs.as_secs_f64()
+        );
+        fail2ban.client(&["unban", "--all"]);
+        fail2ban.wait_for_long("every ban lifted", || {
+            cfctl_entries() == 0 && ipset_entries() == 0
+        });
+    }
 }

@@ -62,9 +62,9 @@ fn exact(packets: u64, bytes: u64) -> [((Outcome, Family), Exact); 1] {
     [(DROPPED_V4, Exact { packets, bytes })]
 }
 
-fn origin(attribution: &Attribution, name: &str) -> Estimate {
-    attribution
-        .origins()
+/// The IPv4 drops of origin `name` in `tally`.
+fn dropped_v4(tally: &BTreeMap<OriginKey, Estimate>, name: &str) -> Estimate {
+    tally
         .get(&OriginKey {
             origin: name.into(),
             outcome: Outcome::Dropped,
@@ -72,6 +72,10 @@ fn origin(attribution: &Attribution, name: &str) -> Estimate {
         })
         .copied()
         .unwrap_or_default()
+}
+
+fn origin(attribution: &Attribution, name: &str) -> Estimate {
+    dropped_v4(attribution.origins(), name)
 }
 
 #[test]
@@ -219,18 +223,7 @@ fn reported_origins_take_the_finer_names_and_keep_the_sources_beside() {
         sample("198.18.174.9", Some(24), 70),
     ];
     attribution.record(&samples, &covers(), exact(3, 230), 0, &FinerForCli);
-    let reported = |name: &str| {
-        attribution
-            .reported_origins()
-            .get(&OriginKey {
-                origin: name.into(),
-                outcome: Outcome::Dropped,
-                family: Family::Ipv4,
-            })
-            .copied()
-            .unwrap_or_default()
-            .packets
-    };
+    let reported = |name: &str| dropped_v4(attribution.reported_origins(), name).packets;
     assert_eq!(reported("lists:test"), 1.0);
     assert_eq!(reported("feed:a"), 2.0);
     assert_eq!(reported("cli"), 0.0);
