@@ -101,7 +101,9 @@ impl Write for Log {
 fn logs_escaped(error: &ListError) {
     let log = Log::default();
     let writer = log.clone();
-    let subscriber = cfctl::agent::log::subscriber(move || writer.clone(), false);
+    let filter = cfctl::agent::log::filter(Some("info")).expect("a level");
+    let destination = cfctl::agent::log::Destination::default();
+    let subscriber = cfctl::agent::log::subscriber(move || writer.clone(), destination, filter);
     tracing::subscriber::with_default(subscriber, || {
         tracing::error!(feed = "fuzz", %error, "refresh failed; the last good list stays");
     });
