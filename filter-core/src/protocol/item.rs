@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::message::{Error, Located};
+use super::error::Error;
 use crate::cuckoo::CuckooFilter;
 use crate::fingerprint::Fingerprint;
 use crate::hash::{KeyHash, KeyedHasher};
@@ -237,4 +237,18 @@ fn widen<F: Fingerprint>(location: crate::Location<F>) -> (u32, usize, usize) {
         location.primary,
         location.alternate,
     )
+}
+
+/// Where an item lives ([`Response::Located`](super::Response::Located)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Located {
+    /// The 64-bit hash.
+    pub hash: u64,
+    /// The fingerprint, widened.
+    pub fingerprint: u32,
+    /// Primary bucket.
+    pub primary: u32,
+    /// Alternate bucket.
+    pub alternate: u32,
 }

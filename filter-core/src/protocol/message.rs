@@ -1,35 +1,21 @@
 //! The message schema: every [`Request`] a host sends and the
 //! [`Response`] a device answers, with the [`Error`]s a request can meet.
-//! The limits here ([`MAX_BATCH`], [`MAX_CHUNK_LEN`]) keep every message
-//! within one frame (see [`super::frame`]).
+//! The limits of [`super::limits`] ([`MAX_BATCH`],
+//! [`super::limits::MAX_CHUNK_LEN`]) keep every message within one frame.
 
 use heapless::Vec;
 use serde::{Deserialize, Serialize};
 
-use super::frame::FrameError;
-use super::item::{Item, PrefixLengths};
-use crate::snapshot::{Parameter, SnapshotError};
-
-/// The protocol version exchanged in [`Request::Hello`]. Version 2 put
-/// every message in an [`Envelope`] with a request id.
-pub const PROTOCOL_VERSION: u16 = 2;
-/// The id of the answer to a frame whose own id could not be read (a
-/// damaged frame); a request sent with this id is never replayed.
-pub const NO_ID: u32 = 0;
-/// Most items in one [`Request::AddBatch`] or [`Request::CheckBatch`].
-pub const MAX_BATCH: usize = 32;
-/// Most snapshot bytes in one [`Request::SnapshotChunk`].
-pub const MAX_CHUNK_LEN: usize = 768;
-/// Every snapshot chunk but the last is a multiple of this many bytes long,
-/// so that a device can write chunks to flash as they come.
-pub const CHUNK_ALIGN: usize = 4;
+use super::error::Error;
+use super::item::{Item, Located, PrefixLengths};
+use super::limits::MAX_BATCH;
 
 /// A message as it travels: the request id and the request or response.
 /// A response carries the id of the request it answers (see the module
 /// documentation of [`super`] for what ids are for).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope<T> {
-    /// The request's id ([`NO_ID`] in the answer to an unreadable frame).
+    /// The request's id ([`NO_ID`](super::limits::NO_ID) in the answer to an unreadable frame).
     pub id: u32,
     /// The request or response.
     pub message: T,
@@ -41,7 +27,7 @@ pub enum Request<'a> {
     /// Opens a session: the device checks `version` and answers
     /// [`Response::Info`]. Also the way to ask for [`Info`] later.
     Hello {
-        /// The host's [`PROTOCOL_VERSION`].
+        /// The host's [`PROTOCOL_VERSION`](super::limits::PROTOCOL_VERSION).
         version: u16,
     },
     /// Adds an item: [`Response::Added`].
@@ -156,7 +142,7 @@ pub enum Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Info {
-    /// The device's [`PROTOCOL_VERSION`].
+    /// The device's [`PROTOCOL_VERSION`](super::limits::PROTOCOL_VERSION).
     pub protocol_version: u16,
     /// Fingerprint width in bits.
     pub fingerprint_bits: u8,
@@ -199,98 +185,3 @@ pub struct Stats {
     /// Retransmitted requests answered again without being executed again.
     pub replayed: u32,
 }
-
-/// Where an item lives ([`Response::Located`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Located {
-    /// The 64-bit hash.
-    pub hash: u64,
-    /// The fingerprint, widened.
-    pub fingerprint: u32,
-    /// Primary bucket.
-    pub primary: u32,
-    /// Alternate bucket.
-    pub alternate: u32,
-}
-/// Why a request failed ([`Response::Error`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Error {
-    /// The request's frame was rejected; nothing changed.
-    Frame(FrameError),
-    /// The host speaks another protocol version.
-    VersionMismatch {
-        /// The device's version.
-        device: u16,
-    },
-    /// A prefix length longer than its family allows.
-    InvalidPrefixLen {
-        /// The length given.
-        len: u8,
-    },
-    /// A [`Request::Locate`] parameter is impossible.
-    InvalidParameter {
-        /// Which one.
-        parameter: Parameter,
-    },
-    /// The filter is full. For a batch, the items before the one that did
-    /// not fit were added.
-    Full {
-        /// Items added before the filter filled up.
-        added: u16,
-    },
-    /// A snapshot chunk or commit without a snapshot upload in progress.
-    NoSnapshotUpload,
-    /// A snapshot of the wrong length for this device.
-    SnapshotLength {
-        /// The length this device's snapshots have.
-        expected: u32,
-    },
-    /// A snapshot chunk out of order or of a length that is not a multiple
-    /// of [`CHUNK_ALIGN`]; the upload goes on.
-    SnapshotChunk {
-        /// The offset the device expects next.
-        expected_offset: u32,
-    },
-    /// The snapshot was rejected; the live filter is unchanged and the
-    /// upload is over.
-    Snapshot(SnapshotError),
-    /// Persistent storage failed; the saved images are as they were.
-    Storage,
-}
-
-impl core::fmt::Display for Error {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Error::Frame(error) => write!(f, "rejected frame: {error}"),
-            Error::VersionMismatch { device } => write!(
-                f,
-                "device speaks protocol version {device}, this host {PROTOCOL_VERSION}"
-            ),
-            Error::InvalidPrefixLen { len } => {
-                write!(f, "prefix length {len} is too long for its address family")
-            }
-            Error::InvalidParameter { parameter } => write!(f, "invalid {parameter}"),
-            Error::Full { added } => {
-                write!(
-                    f,
-                    "filter is full ({added} items of the request were added)"
-                )
-            }
-            Error::NoSnapshotUpload => f.write_str("no snapshot upload in progress"),
-            Error::SnapshotLength { expected } => {
-                write!(f, "this device takes snapshots of exactly {expected} bytes")
-            }
-            Error::SnapshotChunk { expected_offset } => write!(
-                f,
-                "snapshot chunk out of order or misaligned: expected offset {expected_offset}, \
-                 length a multiple of {CHUNK_ALIGN}"
-            ),
-            Error::Snapshot(error) => write!(f, "snapshot rejected: {error}"),
-            Error::Storage => f.write_str("persistent storage failed"),
-        }
-    }
-}
-
-impl core::error::Error for Error {}

@@ -78,19 +78,20 @@
 //! * [`frame`]: bytes on the wire: [`encode`], [`decode`] and the
 //!   [`FrameReader`] that cuts a stream into frames.
 
+pub mod error;
 pub mod frame;
 pub mod item;
+pub mod limits;
 pub mod message;
 
+pub use error::Error;
 pub use frame::{
     decode, decode_with_crc, encode, BufferTooSmall, FrameError, FrameReader, MAX_FRAME_LEN,
     MAX_MESSAGE_LEN, MAX_RESPONSE_FRAME_LEN,
 };
-pub use item::{contains, locate_item, Item, Prefix, PrefixLengths};
-pub use message::{
-    Envelope, Error, Info, Located, Request, Response, Stats, CHUNK_ALIGN, MAX_BATCH,
-    MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
-};
+pub use item::{contains, locate_item, Item, Located, Prefix, PrefixLengths};
+pub use limits::{CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION};
+pub use message::{Envelope, Info, Request, Response, Stats};
 
 #[cfg(test)]
 mod tests;
