@@ -64,7 +64,6 @@ pub struct DropWatch {
     due: Instant,
     log: DropLog,
     processed: Processed,
-    remediation: Remediation,
 }
 
 impl DropWatch {
@@ -91,7 +90,6 @@ impl DropWatch {
             due: Instant::now() + ATTRIBUTE_EVERY,
             log: DropLog::new(config),
             processed: Processed::default(),
-            remediation: Remediation::default(),
         })
     }
 
@@ -132,11 +130,7 @@ impl DropWatch {
     /// Attributes the pending samples if it is time (`names` giving the
     /// reported origins), feeds `metrics`, and returns what a bouncer
     /// reports of it.
-    pub fn attribute(
-        &mut self,
-        metrics: &Metrics,
-        names: &dyn OriginNames,
-    ) -> Option<&Remediation> {
+    pub fn attribute(&mut self, metrics: &Metrics, names: &dyn OriginNames) -> Option<Remediation> {
         if Instant::now() < self.due {
             return None;
         }
@@ -163,7 +157,7 @@ impl DropWatch {
             self.log.line(sample, &self.covers);
         }
         self.pending.clear();
-        self.remediation = Remediation {
+        Some(Remediation {
             dropped: attribution
                 .reported_origins()
                 .iter()
@@ -171,8 +165,7 @@ impl DropWatch {
                 .map(|(key, estimate)| ((key.origin.clone(), key.family), *estimate))
                 .collect(),
             processed: self.processed.since_start.clone(),
-        };
-        Some(&self.remediation)
+        })
     }
 
     fn take_buffered(&mut self) {

@@ -215,7 +215,6 @@ pub fn run(options: &AgentOptions) -> Result<(), AgentError> {
         touched = signals
             .sleep_until(next, &mut agent.watch, &agent.fetched)
             .store_touched;
-        notifier.ping();
         if signals.stopping() {
             break;
         }
@@ -495,7 +494,7 @@ impl Agent {
             if let Some(remediation) = drops.attribute(&self.metrics, &SourceOrigins(&self.sources))
             {
                 for running in &mut self.sources {
-                    running.source.observe(remediation);
+                    running.source.observe(&remediation);
                 }
             }
         }

@@ -26,6 +26,7 @@
 //! told once, at WARN.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
@@ -41,6 +42,12 @@ use crate::{Family, Setting};
 pub const BOUNCER_TYPE: &str = "crowdsec-cfctl-bouncer";
 /// The longest the push at the agent's stop may take.
 const STOP_PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The operating system's name and version, read at the first push.
+static OS: LazyLock<(String, String)> = LazyLock::new(|| {
+    let info = os_info::get();
+    (info.os_type().to_string(), info.version().to_string())
+});
 
 /// Packets and bytes, whole.
 type Counts = (u64, u64);
@@ -135,7 +142,6 @@ pub struct UsageMetrics {
     /// None: the push is off.
     interval: Option<Duration>,
     started: u64,
-    os: (String, String),
     /// The figures as of the last attribution; none before the first.
     latest: Option<Counted>,
     /// The figures as of the last push the LAPI took.
@@ -149,12 +155,10 @@ pub struct UsageMetrics {
 impl UsageMetrics {
     /// A schedule of a push every `interval` (none: off), from now.
     pub fn new(interval: Option<Duration>) -> Self {
-        let info = os_info::get();
         let started = unix_seconds(SystemTime::now());
         Self {
             interval,
             started,
-            os: (info.os_type().to_string(), info.version().to_string()),
             latest: None,
             pushed: Counted::default(),
             window_start: started,
@@ -242,8 +246,8 @@ impl UsageMetrics {
         let component = RemediationComponent {
             version: format!("v{}", env!("CARGO_PKG_VERSION")),
             os: OsVersion {
-                name: self.os.0.clone(),
-                version: self.os.1.clone(),
+                name: OS.0.clone(),
+                version: OS.1.clone(),
             },
             metrics: [DetailedMetrics {
                 meta: MetricsMeta {

@@ -320,7 +320,7 @@ fn comment(taken: &Taken) -> String {
 /// The origin a bouncer reports for a decision's drops: its origin, or
 /// `lists:SCENARIO` for a decision of a blocklist (origin `lists`, the
 /// list's name as scenario), as CrowdSec's firewall bouncer labels them.
-pub fn reported_origin(origin: &str, scenario: &str) -> String {
+fn reported_origin(origin: &str, scenario: &str) -> String {
     match origin {
         "lists" => format!("lists:{scenario}"),
         _ => origin.to_owned(),
