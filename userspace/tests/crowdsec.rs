@@ -372,15 +372,7 @@ fn decisions_added_deleted_and_expiring_reach_the_traffic() {
 /// When the crowdsec source's listing of `address`'s /32 or /128 ends,
 /// Unix seconds (none: not listed).
 fn crowdsec_expiry(cfctl: &common::cli::Cfctl, address: &str) -> Option<u64> {
-    let entries = cfctl.json(&["list", "--source", "crowdsec"]);
-    let entry = entries.as_array()?.iter().find(|entry| {
-        entry["net"].as_str().and_then(|net| net.split('/').next()) == Some(address)
-    })?;
-    entry["sources"]
-        .as_array()?
-        .iter()
-        .find(|member| member["source"] == "crowdsec")?["expires"]
-        .as_u64()
+    cfctl.listing_expiry("crowdsec", address).flatten()
 }
 
 #[test]

@@ -216,20 +216,6 @@ impl Drop for Fail2ban {
     }
 }
 
-/// The expiry (Unix seconds) of `address`'s listing by `source`; `Some(None)`
-/// for one with no expiry, `None` if `source` does not list it.
-fn expiry(cfctl: &Cfctl, source: &str, address: &str) -> Option<Option<u64>> {
-    let entries = cfctl.json(&["list", "--source", source]);
-    let entry = entries.as_array()?.iter().find(|entry| {
-        entry["net"].as_str().and_then(|net| net.split('/').next()) == Some(address)
-    })?;
-    let member = entry["sources"]
-        .as_array()?
-        .iter()
-        .find(|member| member["source"] == source)?;
-    Some(member["expires"].as_u64())
-}
-
 #[test]
 fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
     let (network, cfctl) = attached(190, "fail2ban", "1000", "skb");
@@ -240,11 +226,12 @@ fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
     fail2ban.fail("test", &v4);
     fail2ban.fail("test", &v6);
     fail2ban.wait_for("both sources banned", || {
-        expiry(&cfctl, "fail2ban:test", &v4).is_some()
-            && expiry(&cfctl, "fail2ban:test", &v6).is_some()
+        cfctl.listing_expiry("fail2ban:test", &v4).is_some()
+            && cfctl.listing_expiry("fail2ban:test", &v6).is_some()
     });
     check_traffic(&network, true);
-    let first_expiry = expiry(&cfctl, "fail2ban:test", &v4)
+    let first_expiry = cfctl
+        .listing_expiry("fail2ban:test", &v4)
         .flatten()
         .expect("a ban of 10 minutes expires");
     let now = std::time::SystemTime::now()
@@ -273,7 +260,8 @@ fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
     });
     fail2ban.fail("repeat", &repeat);
     fail2ban.wait_for("the repeat offender's ban prolonged", || {
-        expiry(&cfctl, "fail2ban:repeat", &repeat)
+        cfctl
+            .listing_expiry("fail2ban:repeat", &repeat)
             .flatten()
             .is_some_and(|expires| expires > now + 300)
     });
@@ -282,7 +270,7 @@ fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
     let forever = network.v4(7).to_string();
     fail2ban.client(&["set", "perm", "banip", &forever]);
     fail2ban.wait_for("the permanent ban", || {
-        expiry(&cfctl, "fail2ban:perm", &forever) == Some(None)
+        cfctl.listing_expiry("fail2ban:perm", &forever) == Some(None)
     });
 
     // Stopping fail2ban withdraws its jails' entries and nothing else.

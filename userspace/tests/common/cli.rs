@@ -185,6 +185,21 @@ impl Cfctl {
         report
     }
 
+    /// The expiry (Unix seconds) of `source`'s listing of `address`'s host
+    /// entry (its /32 or /128): `Some(None)` for a listing that never
+    /// expires, `None` if `source` does not list it.
+    pub fn listing_expiry(&self, source: &str, address: &str) -> Option<Option<u64>> {
+        let entries = self.json(&["list", "--source", source]);
+        let entry = entries.as_array()?.iter().find(|entry| {
+            entry["net"].as_str().and_then(|net| net.split('/').next()) == Some(address)
+        })?;
+        let member = entry["sources"]
+            .as_array()?
+            .iter()
+            .find(|member| member["source"] == source)?;
+        Some(member["expires"].as_u64())
+    }
+
     /// Runs cfctl, which must fail with exactly one line on standard error;
     /// returns that line.
     pub fn fails(&self, args: &[&str]) -> String {
