@@ -40,7 +40,7 @@
 //! ```
 #![no_std]
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
@@ -77,3 +77,8 @@ pub use hash::{KeyHash, KeyedHasher};
 pub use layout::{BucketStorage, Location};
 pub use netkey::{AddressFamily, NetKey};
 pub use snapshot::{SnapshotError, SnapshotExporter, SnapshotHeader, SnapshotLoader};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

@@ -130,7 +130,11 @@ impl core::fmt::Display for SnapshotError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             SnapshotError::BadMagic => f.write_str("not a filter snapshot (bad magic)"),
-            SnapshotError::UnsupportedVersion(v) => write!(f, "unsupported snapshot version {v}"),
+            SnapshotError::UnsupportedVersion(v) => write!(
+                f,
+                "unsupported snapshot format version {v}: its keys were placed by another \
+                 hash or layout, so rebuild the filter from the keys"
+            ),
             SnapshotError::UnsupportedKind(k) => write!(f, "unsupported filter kind {k}"),
             SnapshotError::InvalidHeader => f.write_str("invalid snapshot header"),
             SnapshotError::ParameterMismatch {

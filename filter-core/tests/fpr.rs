@@ -51,8 +51,11 @@ fn measured_fpr<F: Fingerprint, const S: usize>(filter: &HeapFilter<F, S>, looku
     positives as f64 / lookups as f64
 }
 
+/// The mean over thirty seeds: with one slot a bucket the load at the first
+/// failure varies so much from seed to seed that the mean of five moved by
+/// ±0.03 between sets of keys, a band as wide as the margin checked.
 fn mean_load_at_first_failure<const S: usize>() -> f64 {
-    let seeds = [1u64, 2, 3, 4, 5];
+    let seeds: Vec<u64> = (1..=30).collect();
     let total: f64 = seeds
         .iter()
         .map(|&seed| fill_until_full(&mut filter::<u16, S>(1 << 14, seed)))

@@ -275,7 +275,8 @@ fn every_error_says_what_is_wrong_with_its_values() {
         (SnapshotError::BadMagic, "not a filter snapshot (bad magic)"),
         (
             SnapshotError::UnsupportedVersion(9),
-            "unsupported snapshot version 9",
+            "unsupported snapshot format version 9: its keys were placed by another hash or \
+             layout, so rebuild the filter from the keys",
         ),
         (
             SnapshotError::UnsupportedKind(7),

@@ -16,7 +16,7 @@ use filter_core::protocol::{
 };
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
-use crate::store::{ImageStore, SlotLayout, StoreError};
+use crate::store::{ImageStore, NoImage, SlotLayout, StoreError};
 
 /// A snapshot upload in progress: its bytes go straight into the store's
 /// spare slot.
@@ -68,7 +68,7 @@ where
         };
         let mut store = ImageStore::new(flash, layout);
         let prefix_lengths = match store.load_newest(filter) {
-            Some(image) => {
+            Ok(image) => {
                 crate::log_info!(
                     "loaded image {=u32}: {=usize} entries",
                     image.sequence,
@@ -76,8 +76,18 @@ where
                 );
                 image.prefix_lengths
             }
-            None => {
-                crate::log_info!("no saved image: starting empty");
+            Err(why) => {
+                match why {
+                    NoImage::NoneSaved => {
+                        crate::log_info!("no saved image: starting empty");
+                    }
+                    NoImage::Refused(_reason) => {
+                        crate::log_warn!(
+                            "saved image refused ({}): starting empty, push the blocklist again",
+                            _reason
+                        );
+                    }
+                }
                 filter.reseed(default_seed);
                 PrefixLengths::new()
             }

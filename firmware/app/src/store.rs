@@ -46,6 +46,18 @@ const IO_CHUNK: usize = 256;
 static CRC32: crc::Crc<u32, crc::NoTable> =
     crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
 
+/// Why [`ImageStore::load_newest`] loaded nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum NoImage {
+    /// Neither slot holds a committed image.
+    NoneSaved,
+    /// The newest committed image failed its checks: damaged, or a
+    /// snapshot of another layout version (saved by a firmware whose hash
+    /// places keys elsewhere).
+    Refused(SnapshotError),
+}
+
 /// Where the two slots are in the flash device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotLayout {
@@ -241,12 +253,12 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         Record::decode(&bytes)
     }
 
-    /// Loads the newest image that checks out into `filter`; `None` (and
-    /// `filter` left holding garbage) when there is none.
+    /// Loads the newest image that checks out into `filter`; when there is
+    /// none (`filter` then left holding garbage), why.
     pub fn load_newest<F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
         &mut self,
         filter: &mut CuckooFilter<F, S, B>,
-    ) -> Option<Image> {
+    ) -> Result<Image, NoImage> {
         let mut records = [(0usize, self.record(0)), (1, self.record(1))];
         // Newest first; a slot without a record is skipped below.
         if let [(_, Some(first)), (_, Some(second))] = records {
@@ -254,23 +266,27 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                 records.swap(0, 1);
             }
         }
+        let mut refused = None;
         for (slot, record) in records {
             let Some(record) = record else { continue };
-            if self.verify(slot, record.image_len, filter).is_ok()
-                && read_snapshot(self, slot, record.image_len, filter).is_ok()
-            {
+            let checked = self
+                .verify(slot, record.image_len, filter)
+                .and_then(|()| read_snapshot(self, slot, record.image_len, filter));
+            if let Err(reason) = checked {
+                refused.get_or_insert(reason);
+            } else {
                 self.current_slot = Some(slot);
                 // The next image beats this one by one. A record numbered
                 // from a damaged image could be 2^31 away from it, which
                 // serial-number arithmetic cannot order.
                 self.next_sequence = record.sequence.wrapping_add(1);
-                return Some(Image {
+                return Ok(Image {
                     sequence: record.sequence,
                     prefix_lengths: record.prefix_lengths,
                 });
             }
         }
-        None
+        Err(refused.map_or(NoImage::NoneSaved, NoImage::Refused))
     }
 
     /// Erases the spare slot for a new image of `image_len` bytes. The image
@@ -522,7 +538,10 @@ mod tests {
     fn boot(memory: &mut [u8]) -> (Option<u32>, Filter) {
         let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(memory), LAYOUT);
         let mut loaded = Filter::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        let sequence = store
+            .load_newest(&mut loaded)
+            .ok()
+            .map(|image| image.sequence);
         (sequence, loaded)
     }
 
@@ -531,7 +550,10 @@ mod tests {
     fn boot_and_save(memory: &mut [u8], filter: &Filter) -> (Option<u32>, Result<u32, StoreError>) {
         let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(memory), LAYOUT);
         let mut loaded = Filter::new(0);
-        let sequence = store.load_newest(&mut loaded).map(|image| image.sequence);
+        let sequence = store
+            .load_newest(&mut loaded)
+            .ok()
+            .map(|image| image.sequence);
         let saved = store.save(filter, PrefixLengths::new());
         (sequence, saved.map(|image| image.sequence))
     }
@@ -588,6 +610,37 @@ mod tests {
         let (sequence, loaded) = boot(&mut memory);
         assert_eq!(sequence, Some(2), "the saved image was not loaded");
         assert!(loaded.contains(&2u64));
+    }
+
+    #[test]
+    fn boot_says_why_it_loaded_nothing() {
+        let mut memory = [0xffu8; 2048];
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
+        let mut loaded = Filter::new(0);
+        assert_eq!(store.load_newest(&mut loaded), Err(NoImage::NoneSaved));
+
+        // An image saved by a firmware of layout version 1 (alternate
+        // buckets placed another way): its snapshot intact, CRC and all,
+        // but refused for its version.
+        let mut filter = Filter::new(1);
+        assert!(filter.insert(&1u64).is_ok());
+        assert_eq!(boot_and_save(&mut memory, &filter), (None, Ok(1)));
+        let mut bytes = [0u8; record::LEN];
+        bytes.copy_from_slice(&memory[..record::LEN]);
+        let Some(saved) = Record::decode(&bytes) else {
+            panic!("the saved record does not decode");
+        };
+        let snapshot = &mut memory[record::LEN..record::LEN + saved.image_len as usize];
+        snapshot[4..6].copy_from_slice(&1u16.to_le_bytes());
+        let body_len = snapshot.len() - 4;
+        let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&snapshot[..body_len]);
+        snapshot[body_len..].copy_from_slice(&crc.to_le_bytes());
+
+        let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
+        assert_eq!(
+            store.load_newest(&mut loaded),
+            Err(NoImage::Refused(SnapshotError::UnsupportedVersion(1)))
+        );
     }
 
     #[test]
