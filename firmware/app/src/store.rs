@@ -545,6 +545,11 @@ mod tests {
         (sequence, loaded)
     }
 
+    /// The record in slot 0 of `memory`, as the store reads it.
+    fn saved_record(memory: &mut [u8]) -> Option<Record> {
+        ImageStore::new(crate::RamFlash::<4, 256>::new(memory), LAYOUT).record(0)
+    }
+
     /// Boots on `memory`, then saves `filter`: the numbers of the image
     /// loaded and of the image saved.
     fn boot_and_save(memory: &mut [u8], filter: &Filter) -> (Option<u32>, Result<u32, StoreError>) {
@@ -567,9 +572,7 @@ mod tests {
         assert!(filter.insert(&1u64).is_ok());
         assert_eq!(boot_and_save(&mut memory, &filter), (None, Ok(1)));
         // Renumber that image to the last sequence number.
-        let mut bytes = [0u8; record::LEN];
-        bytes.copy_from_slice(&memory[..record::LEN]);
-        let renumbered = Record::decode(&bytes).map(|record| Record {
+        let renumbered = saved_record(&mut memory).map(|record| Record {
             sequence: u32::MAX,
             ..record
         });
@@ -625,15 +628,13 @@ mod tests {
         let mut filter = Filter::new(1);
         assert!(filter.insert(&1u64).is_ok());
         assert_eq!(boot_and_save(&mut memory, &filter), (None, Ok(1)));
-        let mut bytes = [0u8; record::LEN];
-        bytes.copy_from_slice(&memory[..record::LEN]);
-        let Some(saved) = Record::decode(&bytes) else {
+        let Some(saved) = saved_record(&mut memory) else {
             panic!("the saved record does not decode");
         };
         let snapshot = &mut memory[record::LEN..record::LEN + saved.image_len as usize];
         snapshot[4..6].copy_from_slice(&1u16.to_le_bytes());
         let body_len = snapshot.len() - 4;
-        let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&snapshot[..body_len]);
+        let crc = CRC32.checksum(&snapshot[..body_len]);
         snapshot[body_len..].copy_from_slice(&crc.to_le_bytes());
 
         let mut store = ImageStore::new(crate::RamFlash::<4, 256>::new(&mut memory), LAYOUT);
