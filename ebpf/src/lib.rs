@@ -1,7 +1,9 @@
-//! cfxdp, cfctl's XDP data plane: the contract between the program and its
-//! loader (map and program names, the layout of the config map, counter
-//! indices and the filter shapes the program is built for), and the frame
-//! parser ([`packet`]).
+//! cfxdp, cfctl's data plane: the contract between the programs (XDP, and
+//! TC for ingress and egress) and their loader (map and program names, the
+//! layout of the config map, counter indices and the filter shapes the
+//! programs are built for), and the frame parser ([`packet`]), which the
+//! firmware's Ethernet bridge runs too, so both decide the same address
+//! for the same bytes.
 //!
 //! Everything here is plain `#[repr(C)]` data, compiled both for
 //! `bpfel-unknown-none` (the bins of this crate) and for the host (the
@@ -83,7 +85,8 @@ macro_rules! filter_shapes {
         $d:tt
         $(
             $(#[$meta:meta])*
-            $variant:ident: $fingerprint:ty, $slots:literal, $program:ident, $outer_map:ident;
+            $variant:ident: $fingerprint:ty, $slots:literal,
+                $program:ident, $tc_ingress:ident, $tc_egress:ident, $outer_map:ident;
         )*
     ) => {
         /// A filter shape the program is built for: fingerprint width and
@@ -121,6 +124,19 @@ macro_rules! filter_shapes {
                 }
             }
 
+            /// The TC program probing a filter of this shape on a
+            /// direction's hook: sources on ingress and destinations on
+            /// egress (or the other way round with [`MATCH_DESTINATION_GLOBAL`]
+            /// set).
+            pub const fn tc_program(self, direction: TrafficDirection) -> &'static str {
+                match (self, direction) {
+                    $(
+                        (FilterShape::$variant, TrafficDirection::Ingress) => stringify!($tc_ingress),
+                        (FilterShape::$variant, TrafficDirection::Egress) => stringify!($tc_egress),
+                    )*
+                }
+            }
+
             /// The ARRAY_OF_MAPS holding this shape's filter tables.
             pub const fn outer_map(self) -> &'static str {
                 match self {
@@ -141,12 +157,15 @@ macro_rules! filter_shapes {
         }
 
         /// Calls the macro `callback!` with one `(variant, fingerprint
-        /// type, slots, program, outer map)` group per shape: what the
-        /// program declares its maps and entry points with.
+        /// type, slots, XDP program, TC ingress program, TC egress
+        /// program, outer map)` group per shape: what the program declares
+        /// its maps and entry points with.
         #[macro_export]
         macro_rules! with_each_shape {
             ($d callback:ident) => {
-                $d callback! { $(($variant, $fingerprint, $slots, $program, $outer_map))* }
+                $d callback! {
+                    $(($variant, $fingerprint, $slots, $program, $tc_ingress, $tc_egress, $outer_map))*
+                }
             };
         }
     };
@@ -155,11 +174,20 @@ macro_rules! filter_shapes {
 filter_shapes! {
     $
     /// 8-bit fingerprints, 8 slots per bucket (8-byte buckets).
-    Fingerprint8: u8, 8, cfxdp_fp8, FILTERS_FP8;
+    Fingerprint8: u8, 8, cfxdp_fp8, cftc_in_fp8, cftc_out_fp8, FILTERS_FP8;
     /// 16-bit fingerprints, 4 slots per bucket (8-byte buckets).
-    Fingerprint16: u16, 4, cfxdp_fp16, FILTERS_FP16;
+    Fingerprint16: u16, 4, cfxdp_fp16, cftc_in_fp16, cftc_out_fp16, FILTERS_FP16;
     /// 32-bit fingerprints, 4 slots per bucket (16-byte buckets).
-    Fingerprint32: u32, 4, cfxdp_fp32, FILTERS_FP32;
+    Fingerprint32: u32, 4, cfxdp_fp32, cftc_in_fp32, cftc_out_fp32, FILTERS_FP32;
+}
+
+/// Which way the packets a TC program sees travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TrafficDirection {
+    /// Arriving on the interface.
+    Ingress,
+    /// Leaving by the interface.
+    Egress,
 }
 
 impl FilterShape {
@@ -489,9 +517,11 @@ pub struct DropEvent {
     pub address: [u8; 16],
     /// Length of the whole frame, from the Ethernet header on.
     pub frame_len: u32,
-    /// The interface the packet arrived on (`ingress_ifindex`).
+    /// The interface the packet arrived on (XDP: `ingress_ifindex`), or
+    /// crossed (TC: `ifindex`, arriving or leaving).
     pub ifindex: u32,
-    /// The receive queue it arrived on (`rx_queue_index`).
+    /// The receive queue it arrived on (XDP: `rx_queue_index`), or its
+    /// queue mapping (TC).
     pub rx_queue: u32,
     /// A [`Family`].
     pub family: u8,

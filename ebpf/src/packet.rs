@@ -3,8 +3,8 @@
 //! address the filter matches.
 //!
 //! The parser reads the frame through [`PacketBytes`], so the same code
-//! runs in the XDP program (over the packet between `data` and `data_end`)
-//! and on the host over a byte slice (the `packet` fuzz target checks it
+//! runs in the XDP and TC programs (over the packet between `data` and
+//! `data_end`) and on the host over a byte slice (the `packet` fuzz target checks it
 //! there against etherparse). Every read is checked against the end of the
 //! frame first, so the verifier accepts the program without an abort path;
 //! all offsets but the IPv4 header length are constants, which keeps every
@@ -24,7 +24,7 @@
 //! drops itself (a wrong version, a short or cut header).
 
 #[cfg(target_arch = "bpf")]
-use aya_ebpf::programs::XdpContext;
+use aya_ebpf::programs::{TcContext, XdpContext};
 
 use crate::Family;
 
@@ -41,6 +41,13 @@ const IPV4_MIN_HEADER_LEN: usize = 20;
 const IPV4_SOURCE_OFFSET: usize = 12;
 const IPV6_HEADER_LEN: usize = 40;
 const IPV6_SOURCE_OFFSET: usize = 8;
+const IPV4_MAX_HEADER_LEN: usize = 60;
+
+/// The most bytes from the frame's start that the parser reads: the
+/// Ethernet header, [`MAX_VLAN_TAGS`] tags and the longest IPv4 header
+/// (an IPv6 header is shorter).
+pub const MAX_PARSED_BYTES: usize =
+    ETHERNET_HEADER_LEN + MAX_VLAN_TAGS * VLAN_TAG_LEN + IPV4_MAX_HEADER_LEN;
 
 /// An IPv6 address as its first and last 64 bits (what `NetKey::ipv6`
 /// takes).
@@ -76,6 +83,18 @@ pub enum Direction {
     Destination,
 }
 
+impl Direction {
+    /// The other address: what a list of peers matches on the way out when
+    /// it matches `self` on the way in.
+    #[inline(always)]
+    pub const fn opposite(self) -> Self {
+        match self {
+            Direction::Source => Direction::Destination,
+            Direction::Destination => Direction::Source,
+        }
+    }
+}
+
 /// The bytes of a frame as the parser reads them: a few at a time, at
 /// offsets from the frame's start, each read checked against its end.
 pub trait PacketBytes {
@@ -86,25 +105,32 @@ pub trait PacketBytes {
     fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]>;
 }
 
-/// The packet an XDP program sees. The check compares packet pointers with
-/// `data_end` in the form the verifier tracks.
-#[cfg(target_arch = "bpf")]
-impl PacketBytes for XdpContext {
-    #[inline(always)]
-    fn fits(&self, offset: usize, len: usize) -> bool {
-        self.data() + offset + len <= self.data_end()
-    }
+/// Direct packet access: the packet an XDP program sees, and the linear
+/// part of the one a TC program sees (which the TC program makes cover
+/// [`MAX_PARSED_BYTES`] first when it can). The check compares packet
+/// pointers with `data_end` in the form the verifier tracks.
+macro_rules! direct_packet_bytes {
+    ($($context:ty),*) => {$(
+        #[cfg(target_arch = "bpf")]
+        impl PacketBytes for $context {
+            #[inline(always)]
+            fn fits(&self, offset: usize, len: usize) -> bool {
+                self.data() + offset + len <= self.data_end()
+            }
 
-    #[inline(always)]
-    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
-        if !self.fits(offset, N) {
-            return None;
+            #[inline(always)]
+            fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+                if !self.fits(offset, N) {
+                    return None;
+                }
+                // SAFETY: the N bytes at data + offset are inside the frame
+                // (checked just above); the read is unaligned-safe.
+                Some(unsafe { ((self.data() + offset) as *const [u8; N]).read_unaligned() })
+            }
         }
-        // SAFETY: the N bytes at data + offset are inside the frame
-        // (checked just above); the read is unaligned-safe.
-        Some(unsafe { ((self.data() + offset) as *const [u8; N]).read_unaligned() })
-    }
+    )*};
 }
+direct_packet_bytes!(XdpContext, TcContext);
 
 /// A frame held in memory (the host: tests and fuzzing).
 impl PacketBytes for [u8] {
@@ -117,13 +143,6 @@ impl PacketBytes for [u8] {
     fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
         self.get(offset..offset.checked_add(N)?)?.try_into().ok()
     }
-}
-
-/// Bytes of the frame.
-#[cfg(target_arch = "bpf")]
-#[inline(always)]
-pub fn frame_len(ctx: &XdpContext) -> u64 {
-    (ctx.data_end() - ctx.data()) as u64
 }
 
 #[inline(always)]

@@ -16,6 +16,12 @@
 //!   own run-time statistics (`run_time_ns / run_cnt` over the run, kept on
 //!   only while the benchmark holds them on). A parse-only program gives
 //!   the floor. For 10^6 and 1.6*10^7 addresses and FireHOL level 1.
+//! * **the TC hook**: the same filter's TC ingress program, hot
+//!   (BPF_PROG_TEST_RUN on the same frames) and under the same diverse
+//!   traffic (attached with a tcx link while no XDP program is), beside
+//!   the XDP figures. The kernel's statistics count the program's own run
+//!   time, not the socket buffer the kernel allocates before TC (which
+//!   XDP runs ahead of).
 //!
 //! * **IPv6 prefilter under diverse traffic** (`-- --ipv6 [DROPV6_FILE]`,
 //!   on its own): the filter of an IPv6 list (default: Spamhaus' IPv6
@@ -59,9 +65,11 @@ use aya::{Ebpf, EbpfLoader};
 use cfctl::control::sizing::auto_capacity;
 use cfctl::plan::{KeyPlan, PlanLimits};
 use cfctl::xdp::mapped::MappedValue;
-use cfctl::xdp::test_run::{run_xdp, TestRun, XdpAction};
+use cfctl::xdp::program::detach_pinned;
+use cfctl::xdp::test_run::{run_xdp, TcAction, TestRun, XdpAction};
 use cfctl::xdp::{
-    AttachMode, DropEvents, FilterProgram, LoadOptions, PinDir, SamplerCounts, Sampling,
+    AttachMode, AttachPoint, DropEvents, FilterProgram, LoadOptions, PinDir, SamplerCounts,
+    Sampling, TrafficDirection,
 };
 use cfxdp::prefilter::Prefilter;
 use cfxdp::{
@@ -316,11 +324,10 @@ impl TrafficLink {
             .ok_or_else(|| format!("no XDP program on {}", self.host).into())
     }
 
-    /// ns per packet of the program attached to the host end over
+    /// ns per packet of program `id` on the host end over
     /// [`DIVERSE_PASSES`] sends of `frames`, from the kernel's run-time
     /// statistics (which must be on).
-    fn cost(&self, frames: &[Vec<u8>]) -> BenchResult<DiverseCost> {
-        let id = self.attached_program()?;
+    fn cost(&self, id: u32, frames: &[Vec<u8>]) -> BenchResult<DiverseCost> {
         // Run-time statistics cost every program run some time: on only
         // while this holds the descriptor.
         let _statistics = enable_stats(Stats::RunTime)?;
@@ -351,6 +358,18 @@ impl Drop for TrafficLink {
             .args(["link", "del", &self.host])
             .output();
     }
+}
+
+/// The id of the loaded program named `name` (the benchmark loads one
+/// blocklist at a time).
+fn program_id(name: &str) -> BenchResult<u32> {
+    for info in loaded_programs() {
+        let info = info?;
+        if info.name_as_str() == Some(name) {
+            return Ok(info.id());
+        }
+    }
+    Err(format!("no program {name}").into())
 }
 
 /// `(run_time_ns, run_cnt)` of program `id`.
@@ -423,7 +442,7 @@ impl<'a> DiverseTraffic<'a> {
     /// The cost of `xdp`, attached for the measurement only.
     fn cost_of(&self, xdp: &mut Xdp) -> BenchResult<DiverseCost> {
         let attachment = xdp.attach_to_if_index(self.link.host_index, XdpMode::Driver)?;
-        let cost = self.link.cost(&self.frames);
+        let cost = self.link.cost(self.link.attached_program()?, &self.frames);
         xdp.detach(attachment)?;
         cost
     }
@@ -431,8 +450,27 @@ impl<'a> DiverseTraffic<'a> {
     /// The cost of the blocklist, attached for the measurement only.
     fn cost_of_blocklist(&self, blocklist: &mut FilterProgram) -> BenchResult<DiverseCost> {
         let attachment = blocklist.attach(self.link.host_index, AttachMode::Native)?;
-        let cost = self.link.cost(&self.frames);
+        let cost = self.link.cost(self.link.attached_program()?, &self.frames);
         blocklist.detach(attachment)?;
+        cost
+    }
+
+    /// The cost of the blocklist's TC ingress program, attached (with a
+    /// tcx link pinned in `pins`) for the measurement only.
+    fn cost_of_blocklist_on_tc(
+        &self,
+        blocklist: &mut FilterProgram,
+        pins: &BenchPins,
+    ) -> BenchResult<DiverseCost> {
+        let link = pins.0.join("tc-link");
+        let point = AttachPoint::Tc(TrafficDirection::Ingress);
+        blocklist.attach_pinned(&self.link.host, self.link.host_index, point, &link)?;
+        let name = blocklist
+            .maps()
+            .shape()
+            .tc_program(TrafficDirection::Ingress);
+        let cost = program_id(name).and_then(|id| self.link.cost(id, &self.frames));
+        detach_pinned(&link)?;
         cost
     }
 }
@@ -523,12 +561,13 @@ struct Row {
 
 /// The filter of `plan`, sized as an attach without `--capacity` sizes
 /// it, with its prefilter as the loader configures it
-/// (also under diverse traffic), then with every prefilter bit set.
+/// (also under diverse traffic), on XDP and on TC ingress, then on XDP
+/// with every prefilter bit set.
 fn bench_filter(
     plan: &KeyPlan,
     frames: &Frames,
     traffic: Option<&DiverseTraffic>,
-) -> BenchResult<[Row; 2]> {
+) -> BenchResult<[Row; 3]> {
     let keys = plan.key_count();
     // Sized as `cfctl attach` sizes a filter without `--capacity`.
     let capacity = usize::try_from(auto_capacity(keys))?;
@@ -548,6 +587,32 @@ fn bench_filter(
     let diverse = traffic
         .map(|traffic| traffic.cost_of_blocklist(&mut blocklist))
         .transpose()?;
+    let on_tc = {
+        let run = |frame: &[u8], repeat| -> BenchResult<TestRun> {
+            let run = blocklist.test_run_tc(TrafficDirection::Ingress, frame, repeat)?;
+            let action = match run.action {
+                TcAction::Drop => XdpAction::Drop,
+                TcAction::Next => XdpAction::Pass,
+                _ => XdpAction::Aborted,
+            };
+            Ok(TestRun {
+                action,
+                duration_ns: run.duration_ns,
+            })
+        };
+        measure_all(&run, frames)?
+    };
+    let pins = BenchPins(PathBuf::from(format!(
+        "/sys/fs/bpf/cfxdp-bench-tc-{}",
+        std::process::id()
+    )));
+    let diverse_on_tc = match traffic {
+        Some(traffic) => {
+            PinDir::new(&pins.0).prepare()?;
+            Some(traffic.cost_of_blocklist_on_tc(&mut blocklist, &pins)?)
+        }
+        None => None,
+    };
     let maps = blocklist.maps_mut();
     let (profile, table) = (maps.live_profile(), maps.live_table_map()?);
     maps.install(&table, &profile, &Box::new(Prefilter::FULL))?;
@@ -562,6 +627,14 @@ fn bench_filter(
             timings: with_prefilter,
             bytes,
             diverse,
+        },
+        Row {
+            program: "cuckoo filter, TC ingress",
+            keys,
+            fill_seconds,
+            timings: on_tc,
+            bytes,
+            diverse: diverse_on_tc,
         },
         Row {
             program: "cuckoo filter, every prefilter bit set",
@@ -765,9 +838,10 @@ fn main() -> BenchResult<()> {
                 .filter(|_| dataset.diverse.is_some_and(wanted))
         };
         let floor_cost = traffic.as_ref().map(diverse_floor).transpose()?;
-        let [filter, unfiltered] = bench_filter(&plan, &frames, traffic.as_ref())?;
+        let [filter, on_tc, unfiltered] = bench_filter(&plan, &frames, traffic.as_ref())?;
         let rows = [
             filter,
+            on_tc,
             unfiltered,
             bench_hash(&keys, &lengths, &frames, only_if(|b| b.hash))?,
             bench_lpm(dataset, &frames, only_if(|b| b.lpm))?,

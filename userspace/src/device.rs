@@ -14,8 +14,8 @@ use std::io::{self, Read, Write};
 use std::time::Duration;
 
 use filter_core::protocol::{
-    self, FrameError, Info, Item, Located, PrefixLengths, Request, Response, Stats, MAX_BATCH,
-    MAX_CHUNK_LEN, PROTOCOL_VERSION,
+    self, FrameError, Info, Item, Located, PrefixLengths, Request, Response, Stats, Traffic,
+    MAX_BATCH, MAX_CHUNK_LEN, PROTOCOL_VERSION,
 };
 
 pub use link::{Link, LinkStats, LinkTiming};
@@ -112,14 +112,13 @@ impl<P: Read + Write> DeviceClient<P> {
         &mut self,
         request: &Request<'_>,
         name: &'static str,
-        pick: impl FnOnce(Response) -> Result<T, Response>,
+        pick: impl FnOnce(Response) -> Result<T, Box<Response>>,
     ) -> Result<T, DeviceError> {
         match self.request(request)? {
             Response::Error(error) => Err(DeviceError::Refused(error)),
-            response => pick(response).map_err(|got| DeviceError::Unexpected {
-                request: name,
-                got: Box::new(got),
-            }),
+            response => {
+                pick(response).map_err(|got| DeviceError::Unexpected { request: name, got })
+            }
         }
     }
 
@@ -130,7 +129,7 @@ impl<P: Read + Write> DeviceClient<P> {
         };
         self.call(&request, "hello", |response| match response {
             Response::Info(info) => Ok(info),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -138,7 +137,7 @@ impl<P: Read + Write> DeviceClient<P> {
     pub fn add(&mut self, item: Item<'_>) -> Result<(), DeviceError> {
         self.call(&Request::Add(item), "add", |response| match response {
             Response::Added => Ok(()),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -149,7 +148,7 @@ impl<P: Read + Write> DeviceClient<P> {
             "delete",
             |response| match response {
                 Response::Deleted { found } => Ok(found),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
     }
@@ -158,7 +157,7 @@ impl<P: Read + Write> DeviceClient<P> {
     pub fn check(&mut self, item: Item<'_>) -> Result<bool, DeviceError> {
         self.call(&Request::Check(item), "check", |response| match response {
             Response::Checked { present } => Ok(present),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -170,7 +169,7 @@ impl<P: Read + Write> DeviceClient<P> {
             let request = Request::AddBatch(batch.iter().copied().collect());
             added += self.call(&request, "add batch", |response| match response {
                 Response::BatchAdded { added } => Ok(usize::from(added)),
-                other => Err(other),
+                other => Err(Box::new(other)),
             })?;
         }
         Ok(added)
@@ -183,7 +182,7 @@ impl<P: Read + Write> DeviceClient<P> {
             let request = Request::CheckBatch(batch.iter().copied().collect());
             let present = self.call(&request, "check batch", |response| match response {
                 Response::BatchChecked { present } => Ok(present),
-                other => Err(other),
+                other => Err(Box::new(other)),
             })?;
             answers.extend((0..batch.len()).map(|index| present & (1 << index) != 0));
         }
@@ -194,7 +193,7 @@ impl<P: Read + Write> DeviceClient<P> {
     pub fn clear(&mut self) -> Result<(), DeviceError> {
         self.call(&Request::Clear, "clear", |response| match response {
             Response::Cleared => Ok(()),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -202,7 +201,16 @@ impl<P: Read + Write> DeviceClient<P> {
     pub fn stats(&mut self) -> Result<Stats, DeviceError> {
         self.call(&Request::Stats, "stats", |response| match response {
             Response::Stats(stats) => Ok(stats),
-            other => Err(other),
+            other => Err(Box::new(other)),
+        })
+    }
+
+    /// The counters of the frames the device checked on its Ethernet
+    /// port.
+    pub fn traffic(&mut self) -> Result<Traffic, DeviceError> {
+        self.call(&Request::Traffic, "traffic", |response| match response {
+            Response::Traffic(traffic) => Ok(traffic),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -211,7 +219,7 @@ impl<P: Read + Write> DeviceClient<P> {
     pub fn save(&mut self) -> Result<u32, DeviceError> {
         self.call(&Request::Save, "save", |response| match response {
             Response::Saved { sequence } => Ok(sequence),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -232,7 +240,7 @@ impl<P: Read + Write> DeviceClient<P> {
         };
         self.call(&request, "locate", |response| match response {
             Response::Located(located) => Ok(located),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })
     }
 
@@ -252,7 +260,7 @@ impl<P: Read + Write> DeviceClient<P> {
         };
         self.call(&begin, "snapshot begin", |response| match response {
             Response::SnapshotStarted => Ok(()),
-            other => Err(other),
+            other => Err(Box::new(other)),
         })?;
         let chunk_len = MAX_CHUNK_LEN - MAX_CHUNK_LEN % protocol::CHUNK_ALIGN;
         for (index, data) in snapshot.chunks(chunk_len).enumerate() {
@@ -260,7 +268,7 @@ impl<P: Read + Write> DeviceClient<P> {
             let chunk = Request::SnapshotChunk { offset, data };
             self.call(&chunk, "snapshot chunk", |response| match response {
                 Response::ChunkAccepted { .. } => Ok(()),
-                other => Err(other),
+                other => Err(Box::new(other)),
             })?;
         }
         self.call(
@@ -268,7 +276,7 @@ impl<P: Read + Write> DeviceClient<P> {
             "snapshot commit",
             |response| match response {
                 Response::SnapshotCommitted { entries, sequence } => Ok((entries, sequence)),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
     }

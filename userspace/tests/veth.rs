@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use cfctl::plan::{KeyPlan, PlanLimits};
 use cfctl::xdp::program::{attach_pinned_program, detach_pinned};
-use cfctl::xdp::{AttachMode, FilterMaps, FilterProgram, LoadOptions};
+use cfctl::xdp::{AttachMode, AttachPoint, FilterMaps, FilterProgram, LoadOptions};
 use cfctl::{Family, FilterShape, Mode, Outcome};
 use cfxdp::packet::MAX_VLAN_TAGS;
 use common::netns::{
@@ -148,7 +148,12 @@ fn pinned_attachment_outlives_the_loader() {
         let mut blocklist = listing_blocklist(&network);
         blocklist.pin(&pins.0).expect("pinning");
         blocklist
-            .attach_pinned(network.host_index(), AttachMode::Native, &link_path)
+            .attach_pinned(
+                &network.host_link,
+                network.host_index(),
+                AttachPoint::Xdp(AttachMode::Native),
+                &link_path,
+            )
             .expect("attaching with a pinned link");
     }
     // The loader is gone; the program, its maps and the link are pinned.
@@ -179,8 +184,14 @@ fn pinned_attachment_outlives_the_loader() {
         "nothing dropped after detaching"
     );
     // Attach again from the pins alone, as a second process would.
-    attach_pinned_program(&pins.0, network.host_index(), AttachMode::Skb, &link_path)
-        .expect("attaching the pinned program");
+    attach_pinned_program(
+        &pins.0,
+        &network.host_link,
+        network.host_index(),
+        AttachPoint::Xdp(AttachMode::Skb),
+        &link_path,
+    )
+    .expect("attaching the pinned program");
     check_traffic(&network, true);
     assert_eq!(
         dropped(&maps, Family::Ipv6),
@@ -194,7 +205,7 @@ fn pinned_attachment_outlives_the_loader() {
             LoadOptions::for_capacity(FilterShape::Fingerprint16, 100).expect("a small filter");
         let mut empty = FilterProgram::load(&options).expect("loading the blocklist program");
         empty
-            .take_over_pinned_link(&link_path)
+            .take_over_pinned_link(&link_path, AttachPoint::Xdp(AttachMode::Skb))
             .expect("taking over the pinned link");
     }
     check_traffic(&network, false);

@@ -1,8 +1,15 @@
-//! The XDP blocklist: parse the frame, take the matched address, check the
-//! allowlist and the cuckoo filter, count, return a verdict.
+//! The blocklist data plane: parse the frame, take the matched address,
+//! check the allowlist and the cuckoo filter, count, return a verdict.
 //!
-//! One program per [`cfxdp::FilterShape`] (`cfxdp_fp8`, `_fp16`, `_fp32`), all
-//! the same generic code; the loader loads the one it needs. The filter is
+//! Three programs per [`cfxdp::FilterShape`], all the same generic code over
+//! the [`Hook`] they run on: the XDP program (`cfxdp_fp8`, `_fp16`, `_fp32`)
+//! and two TC programs, one for ingress (`cftc_in_*`) and one for egress
+//! (`cftc_out_*`), which matches the other address (the destination of
+//! what leaves, where ingress matches the source of what arrives). The
+//! loader loads the ones of the shape it needs; they share every map. A
+//! TC program first makes the headers the parser reads linear when the
+//! kernel left them in fragments, and returns `TC_ACT_UNSPEC` for a pass,
+//! so the programs after it on the hook run too. The filter is
 //! probed with `filter-core`'s own code: [`NetKey`] for the key and its
 //! hash, [`locate`] for the fingerprint and buckets, [`buckets_contain`] on
 //! both buckets copied out of map memory. (The `locate` object, for the
@@ -36,18 +43,19 @@
 use aya_ebpf::{
     bindings::{
         xdp_action, BPF_F_MMAPABLE, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+        TC_ACT_SHOT, TC_ACT_UNSPEC,
     },
     btf_maps::{lpm_trie::Key, Array, ArrayOfMaps, LpmTrie, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_ringbuf_query,
-        bpf_xdp_load_bytes,
+        bpf_skb_load_bytes, bpf_xdp_load_bytes,
     },
-    macros::{btf_map, xdp},
-    programs::XdpContext,
+    macros::{btf_map, classifier, xdp},
+    programs::{TcContext, XdpContext},
 };
 use cfxdp::{
     counter_index,
-    packet::{frame_len, parse, Direction, Frame, Ipv6Address},
+    packet::{parse, Direction, Frame, Ipv6Address, PacketBytes, MAX_PARSED_BYTES},
     prefilter::{skip_bit, Prefilter},
     read_once, Config, Counter, DropEvent, Family, MalformedAction, Mode, Outcome, Policy, Sampler,
     COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, DROP_EVENTS_RING_BYTES, FILTER_TABLE_FLAGS,
@@ -67,16 +75,34 @@ type Tables<F, const S: usize> = ArrayOfMaps<Table<F, S>, PROFILE_COUNT>;
 #[btf_map]
 static CONFIG: Array<Config, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
 
-/// One outer map of filter tables and one program per [`cfxdp::FilterShape`].
+/// One outer map of filter tables and three programs per
+/// [`cfxdp::FilterShape`].
 macro_rules! shape_programs {
-    ($(($variant:ident, $fingerprint:ty, $slots:literal, $program:ident, $outer_map:ident))*) => {
+    ($((
+        $variant:ident, $fingerprint:ty, $slots:literal,
+        $program:ident, $tc_ingress:ident, $tc_egress:ident, $outer_map:ident
+    ))*) => {
         $(
             #[btf_map]
             static $outer_map: Tables<$fingerprint, $slots> = ArrayOfMaps::new();
 
             #[xdp]
             pub fn $program(ctx: XdpContext) -> u32 {
-                run(&ctx, &$outer_map)
+                if run(&ctx, &$outer_map, direction()) {
+                    xdp_action::XDP_DROP
+                } else {
+                    xdp_action::XDP_PASS
+                }
+            }
+
+            #[classifier]
+            pub fn $tc_ingress(ctx: TcContext) -> i32 {
+                run_tc(&ctx, &$outer_map, direction())
+            }
+
+            #[classifier]
+            pub fn $tc_egress(ctx: TcContext) -> i32 {
+                run_tc(&ctx, &$outer_map, direction().opposite())
             }
         )*
     };
@@ -115,13 +141,97 @@ fn direction() -> Direction {
     }
 }
 
+/// What the verdict code needs of the hook it runs on, beyond the
+/// frame's bytes.
+trait Hook: PacketBytes {
+    /// Bytes of the whole frame.
+    fn frame_len(&self) -> u64;
+    /// The interface and the queue a sampled drop records.
+    fn interface_and_queue(&self) -> (u32, u32);
+    /// Copies the frame's first `len` bytes to `to`; whether it could.
+    ///
+    /// # Safety
+    /// `to` is valid for `len` bytes of writes.
+    unsafe fn copy_head(&self, to: *mut u8, len: u32) -> bool;
+}
+
+impl Hook for XdpContext {
+    #[inline(always)]
+    fn frame_len(&self) -> u64 {
+        (self.data_end() - self.data()) as u64
+    }
+
+    #[inline(always)]
+    fn interface_and_queue(&self) -> (u32, u32) {
+        // SAFETY: `self.ctx` is the program's context.
+        unsafe { ((*self.ctx).ingress_ifindex, (*self.ctx).rx_queue_index) }
+    }
+
+    #[inline(always)]
+    unsafe fn copy_head(&self, to: *mut u8, len: u32) -> bool {
+        // SAFETY: the caller's promise on `to`; `self.ctx` is the context.
+        unsafe { bpf_xdp_load_bytes(self.ctx, 0, to.cast(), len) == 0 }
+    }
+}
+
+/// On TC, the interface the packet crosses (arriving or leaving) and its
+/// queue mapping.
+impl Hook for TcContext {
+    #[inline(always)]
+    fn frame_len(&self) -> u64 {
+        self.len() as u64
+    }
+
+    #[inline(always)]
+    fn interface_and_queue(&self) -> (u32, u32) {
+        // SAFETY: `self.skb.skb` is the program's context.
+        unsafe { ((*self.skb.skb).ifindex, (*self.skb.skb).queue_mapping) }
+    }
+
+    #[inline(always)]
+    unsafe fn copy_head(&self, to: *mut u8, len: u32) -> bool {
+        // SAFETY: the caller's promise on `to`; `self.skb.skb` is the
+        // context.
+        unsafe { bpf_skb_load_bytes(self.skb.skb.cast(), 0, to.cast(), len) == 0 }
+    }
+}
+
+/// A TC program's run: the headers made linear when they are not (the
+/// parser reads the linear part only; an skb whose first fragment is
+/// shorter would otherwise read as malformed), then the verdict:
+/// `TC_ACT_SHOT` to drop, `TC_ACT_UNSPEC` to pass on to the hook's next
+/// program.
 #[inline(always)]
-fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) -> u32 {
-    let bytes = frame_len(ctx);
+fn run_tc<F: Fingerprint, const S: usize>(
+    ctx: &TcContext,
+    tables: &Tables<F, S>,
+    direction: Direction,
+) -> i32 {
+    let linear = ctx.data_end() - ctx.data();
+    let len = ctx.len() as usize;
+    if linear < MAX_PARSED_BYTES && len > linear {
+        // A failed pull leaves the packet as it was: parsed as it is.
+        let _ = ctx.pull_data(len.min(MAX_PARSED_BYTES) as u32);
+    }
+    if run(ctx, tables, direction) {
+        TC_ACT_SHOT as i32
+    } else {
+        TC_ACT_UNSPEC
+    }
+}
+
+/// Checks the frame and counts it; whether to drop it.
+#[inline(always)]
+fn run<H: Hook, F: Fingerprint, const S: usize>(
+    ctx: &H,
+    tables: &Tables<F, S>,
+    direction: Direction,
+) -> bool {
+    let bytes = ctx.frame_len();
     let Some(config) = CONFIG.get(0) else {
-        return xdp_action::XDP_PASS;
+        return false;
     };
-    let (outcome, family, address, hit) = match parse(ctx, direction()) {
+    let (outcome, family, address, hit) = match parse(ctx, direction) {
         Frame::NonIp => (Outcome::NonIp, Family::Other, None, NO_PREFIX),
         Frame::Malformed(family) => (Outcome::Malformed, family, None, NO_PREFIX),
         Frame::Ipv4(address) => {
@@ -149,11 +259,7 @@ fn run<F: Fingerprint, const S: usize>(ctx: &XdpContext, tables: &Tables<F, S>) 
     if sampled {
         sample(ctx, config, outcome, family, address, hit, bytes);
     }
-    if drop {
-        xdp_action::XDP_DROP
-    } else {
-        xdp_action::XDP_PASS
-    }
+    drop
 }
 
 #[derive(Clone, Copy)]
@@ -279,8 +385,8 @@ fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize
 const MAX_EMPTY_RUN: u64 = 63;
 
 #[inline(always)]
-fn sample(
-    ctx: &XdpContext,
+fn sample<H: Hook>(
+    ctx: &H,
     config: &Config,
     outcome: Outcome,
     family: Family,
@@ -335,9 +441,9 @@ fn sample(
         return;
     };
     let event = entry.as_mut_ptr();
+    let (ifindex, queue) = ctx.interface_and_queue();
     // SAFETY: `event` points at a reserved, writable DropEvent of the
-    // ring; each field is written before the submit; `ctx.ctx` is the
-    // program's context.
+    // ring; each field is written before the submit.
     unsafe {
         (*event).timestamp_ns = bpf_ktime_get_ns();
         (*event).address = match address {
@@ -352,17 +458,15 @@ fn sample(
             None => [0; 16],
         };
         (*event).frame_len = bytes as u32;
-        (*event).ifindex = (*ctx.ctx).ingress_ifindex;
-        (*event).rx_queue = (*ctx.ctx).rx_queue_index;
+        (*event).ifindex = ifindex;
+        (*event).rx_queue = queue;
         (*event).family = family as u8;
         (*event).outcome = outcome as u8;
         (*event).prefix_len = hit;
         let wanted = (read_once(&config.sample_frame_bytes) as u64).min(bytes);
         let captured = wanted.min(MAX_EVENT_FRAME_BYTES as u64) as u32;
         (*event).captured = 0;
-        if captured > 0
-            && bpf_xdp_load_bytes(ctx.ctx, 0, (*event).frame.as_mut_ptr().cast(), captured) == 0
-        {
+        if captured > 0 && ctx.copy_head((*event).frame.as_mut_ptr(), captured) {
             (*event).captured = captured as u8;
         }
     }

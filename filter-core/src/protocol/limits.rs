@@ -2,8 +2,9 @@
 //! one frame (see [`super::frame`]).
 
 /// The protocol version exchanged in [`Request::Hello`](super::Request::Hello). Version 2 put
-/// every message in an [`Envelope`](super::Envelope) with a request id.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// every message in an [`Envelope`](super::Envelope) with a request id;
+/// version 3 added [`Request::Traffic`](super::Request::Traffic).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The id of the answer to a frame whose own id could not be read (a
 /// damaged frame); a request sent with this id is never replayed.
 pub const NO_ID: u32 = 0;

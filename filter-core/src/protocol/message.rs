@@ -45,6 +45,9 @@ pub enum Request<'a> {
     Clear,
     /// Asks for the counters: [`Response::Stats`].
     Stats,
+    /// Asks for the counters of the frames a device with Ethernet checked:
+    /// [`Response::Traffic`].
+    Traffic,
     /// Starts a snapshot upload of `total_len` bytes whose entries use
     /// `prefix_lengths`; discards any upload in progress:
     /// [`Response::SnapshotStarted`].
@@ -113,6 +116,8 @@ pub enum Response {
     Cleared,
     /// The counters.
     Stats(Stats),
+    /// The frame counters.
+    Traffic(Traffic),
     /// The device waits for the snapshot's chunks.
     SnapshotStarted,
     /// The chunk was stored.
@@ -184,4 +189,54 @@ pub struct Stats {
     pub saves: u32,
     /// Retransmitted requests answered again without being executed again.
     pub replayed: u32,
+}
+
+/// Frames and bytes of one counter of [`Traffic`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FrameCount {
+    /// Frames.
+    pub frames: u64,
+    /// Bytes, from the Ethernet header on.
+    pub bytes: u64,
+}
+
+impl FrameCount {
+    /// Counts one frame of `bytes` bytes.
+    pub fn add(&mut self, bytes: usize) {
+        self.frames = self.frames.wrapping_add(1);
+        self.bytes = self.bytes.wrapping_add(bytes as u64);
+    }
+}
+
+/// What became of the IP frames of one address family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FamilyTraffic {
+    /// Not listed: passed on.
+    pub passed: FrameCount,
+    /// From a listed source: dropped.
+    pub dropped: FrameCount,
+    /// A header cut short or impossible: dropped.
+    pub malformed: FrameCount,
+}
+
+/// Counters since boot of the frames a device checked on its Ethernet
+/// port ([`Response::Traffic`]), by outcome and family as the XDP program
+/// counts them; all zero on a device without one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Traffic {
+    /// IPv4 frames.
+    pub ipv4: FamilyTraffic,
+    /// IPv6 frames.
+    pub ipv6: FamilyTraffic,
+    /// Frames of another ethertype (ARP, ...): passed on.
+    pub non_ip: FrameCount,
+    /// Frames whose VLAN tags end early or stack too deep, of no family:
+    /// dropped.
+    pub malformed: FrameCount,
+    /// Frames the device does not handle (not on a VLAN it bridges):
+    /// dropped.
+    pub ignored: FrameCount,
 }

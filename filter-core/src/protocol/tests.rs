@@ -53,6 +53,7 @@ fn sample_requests() -> StdVec<Request<'static>> {
         Request::CheckBatch(batch),
         Request::Clear,
         Request::Stats,
+        Request::Traffic,
         Request::SnapshotBegin {
             total_len: u32::MAX,
             prefix_lengths
@@ -117,6 +118,24 @@ fn the_largest_responses_fit_the_response_buffer() {
             hits: u32::MAX,
             saves: u32::MAX,
             replayed: u32::MAX,
+        }),
+        Response::Traffic({
+            let most = FrameCount {
+                frames: u64::MAX,
+                bytes: u64::MAX,
+            };
+            let family = FamilyTraffic {
+                passed: most,
+                dropped: most,
+                malformed: most,
+            };
+            Traffic {
+                ipv4: family,
+                ipv6: family,
+                non_ip: most,
+                malformed: most,
+                ignored: most,
+            }
         }),
         Response::Error(Error::Snapshot(SnapshotError::ParameterMismatch {
             parameter: Parameter::BucketCount,

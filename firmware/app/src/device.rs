@@ -11,11 +11,12 @@
 //! response and not executed again (see [`filter_core::protocol`]).
 
 use filter_core::protocol::{
-    self, Envelope, Error, FrameError, Info, Item, PrefixLengths, Request, Response, Stats,
-    MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, Stats,
+    Traffic, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
+use crate::bridge::{bridge, Verdict};
 use crate::store::{ImageStore, NoImage, SlotLayout, StoreError};
 
 /// A snapshot upload in progress: its bytes go straight into the store's
@@ -44,6 +45,7 @@ pub struct Device<'f, F: Fingerprint, const S: usize, B, Flash> {
     upload: Option<Upload>,
     last_request: Option<LastRequest>,
     stats: Stats,
+    traffic: Traffic,
 }
 
 impl<'f, F, const S: usize, B, Flash> Device<'f, F, S, B, Flash>
@@ -99,12 +101,25 @@ where
             upload: None,
             last_request: None,
             stats: Stats::default(),
+            traffic: Traffic::default(),
         }
     }
 
     /// The live filter.
     pub fn filter(&self) -> &CuckooFilter<F, S, B> {
         self.filter
+    }
+
+    /// Bridges `frame`, arriving on an Ethernet port that carries VLANs
+    /// `vlans` (see [`crate::bridge`]): a source the filter lists at one
+    /// of the active prefix lengths (as `Check` answers) is dropped. The
+    /// frame is counted in the answer to `Traffic`.
+    pub fn bridge_frame(&mut self, frame: &mut [u8], vlans: [u16; 2]) -> Verdict {
+        let (filter, lengths) = (&*self.filter, &self.prefix_lengths);
+        let lists = |source: &Prefix| {
+            protocol::contains(filter, lengths, &Item::Net(*source)).unwrap_or(false)
+        };
+        bridge(frame, vlans, lists, &mut self.traffic)
     }
 
     /// Answers one frame (or a framing error) with one response frame
@@ -193,6 +208,7 @@ where
                 Response::Cleared
             }
             Request::Stats => Response::Stats(self.stats),
+            Request::Traffic => Response::Traffic(self.traffic),
             Request::SnapshotBegin {
                 total_len,
                 prefix_lengths,

@@ -12,24 +12,28 @@
 //!   during a save keeps the previous image.
 //! * [`ram_flash`]: a `NorFlash` in RAM, for QEMU (which has no persistent
 //!   flash) and for tests.
-//! * [`mod@serve`]: the loop that reads frames from the port and writes the
-//!   answers.
+//! * [`mod@serve`]: the serial side: frames from the port, answers back
+//!   ([`SerialServer`], and the loop [`serve()`]).
+//! * [`bridge`]: a filtering bridge between two VLANs on an Ethernet port,
+//!   with the XDP program's parser and counters (boards with Ethernet).
 //! * [`rx_ring`]: received bytes queued by an interrupt handler for the
 //!   main loop (boards with interrupt-driven reception).
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bridge;
 pub mod device;
 pub mod ram_flash;
 pub mod rx_ring;
 pub mod serve;
 pub mod store;
 
+pub use bridge::Verdict;
 pub use device::Device;
 pub use ram_flash::RamFlash;
 pub use rx_ring::{RingReader, RxRing};
-pub use serve::serve;
+pub use serve::{serve, SerialServer};
 pub use store::{ImageStore, SlotLayout};
 
 /// `defmt::info!` when the `defmt` feature is on; nothing otherwise.

@@ -67,6 +67,11 @@ impl<const N: usize> RxRing<N> {
         })
     }
 
+    /// Whether no byte is queued.
+    pub fn is_empty(&self) -> bool {
+        critical_section::with(|cs| self.state.borrow_ref(cs).bytes.is_empty())
+    }
+
     /// Bytes dropped because the ring was full, since boot.
     pub fn dropped(&self) -> u32 {
         critical_section::with(|cs| self.state.borrow_ref(cs).dropped)

@@ -1,5 +1,7 @@
-//! The serial loop: bytes in, frames to the [`Device`], one response frame
-//! out per frame in.
+//! The serial side: bytes in, frames to the [`Device`], one response frame
+//! out per frame in. [`SerialServer`] takes bytes as they come (a board
+//! that also serves Ethernet polls both); [`serve()`] is the loop of a
+//! board that only serves the port.
 
 use embedded_io::{Read, Write};
 use embedded_storage::nor_flash::NorFlash;
@@ -18,6 +20,53 @@ pub enum PortError {
     Write,
 }
 
+/// The framing state of one serial port.
+pub struct SerialServer {
+    reader: FrameReader<MAX_FRAME_LEN>,
+    response: [u8; MAX_RESPONSE_FRAME_LEN],
+}
+
+impl Default for SerialServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SerialServer {
+    /// No frame begun.
+    pub const fn new() -> Self {
+        Self {
+            reader: FrameReader::new(),
+            response: [0; MAX_RESPONSE_FRAME_LEN],
+        }
+    }
+
+    /// Takes `bytes` from the port; each frame they complete is answered
+    /// on `tx`.
+    pub fn receive<F, const S: usize, B, Flash, Tx>(
+        &mut self,
+        device: &mut Device<'_, F, S, B, Flash>,
+        bytes: &[u8],
+        tx: &mut Tx,
+    ) -> Result<(), PortError>
+    where
+        F: Fingerprint,
+        B: BucketStorage<F, S>,
+        Flash: NorFlash,
+        Tx: Write,
+    {
+        for &byte in bytes {
+            if let Some(frame) = self.reader.push(byte) {
+                let answer = device.answer_frame(frame, &mut self.response);
+                tx.write_all(answer)
+                    .and_then(|()| tx.flush())
+                    .map_err(|_| PortError::Write)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Serves requests from `rx`, answering on `tx`, until the port fails.
 pub fn serve<F, const S: usize, B, Flash, Rx, Tx>(
     device: &mut Device<'_, F, S, B, Flash>,
@@ -31,20 +80,14 @@ where
     Rx: Read,
     Tx: Write,
 {
-    let mut reader = FrameReader::<MAX_FRAME_LEN>::new();
-    let mut response = [0u8; MAX_RESPONSE_FRAME_LEN];
+    let mut server = SerialServer::new();
     let mut input = [0u8; 64];
     loop {
         let Ok(count) = rx.read(&mut input) else {
             return PortError::Read;
         };
-        for &byte in input.get(..count).unwrap_or(&[]) {
-            if let Some(frame) = reader.push(byte) {
-                let answer = device.answer_frame(frame, &mut response);
-                if tx.write_all(answer).and_then(|()| tx.flush()).is_err() {
-                    return PortError::Write;
-                }
-            }
+        if let Err(error) = server.receive(device, input.get(..count).unwrap_or(&[]), tx) {
+            return error;
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Attach, detach, resize and mode: putting a program filled from the store
-//! on interfaces, and taking it off.
+//! on interfaces (their XDP hook, or their TC hook on ingress or egress),
+//! and taking it off.
 //!
 //! A program is installed ([`Control::install_program`]) in one way for
 //! every case: load a new one with a filter built from the store, move
@@ -24,17 +25,21 @@ use crate::plan::KeyPlan;
 use crate::store::ListKind;
 use crate::xdp::maps::SharedMaps;
 use crate::xdp::pins::{interface_index, interface_mtu};
-use crate::xdp::{AttachMode, FilterProgram, LiveFilter, LoadOptions, PinDir, Sampling, XdpError};
+use crate::xdp::{
+    direction_name, AttachPoint, FilterProgram, LiveFilter, LoadOptions, PinDir, Sampling,
+    TrafficDirection, XdpError,
+};
 use crate::{MalformedAction, Mode};
 
 impl Control {
     /// Builds the filter from the store and attaches the program to every
-    /// interface in `interfaces` with a pinned link (see the module
-    /// documentation). Interfaces with a cfctl link keep it.
+    /// interface in `interfaces` at `point` with a pinned link (see the
+    /// module documentation). Interfaces with a cfctl link there keep it;
+    /// one with a link elsewhere in the same direction is refused.
     pub fn attach(
         &mut self,
         interfaces: &[String],
-        mode: AttachMode,
+        point: AttachPoint,
         options: AttachOptions,
     ) -> Result<AttachReport> {
         let indexes = interfaces
@@ -67,7 +72,14 @@ impl Control {
         let loaded = match self.live() {
             Ok(Some((live, same_store))) => {
                 check_capacity(settings.capacity, settings.shape)?;
+                let seed = live.seed();
                 self.refill(live, same_store, &stored, &mut settings, &plan, options)?;
+                // Pinned by a cfctl without this hook's program: a new
+                // program with every hook's takes over the links.
+                if !self.pins.has_program_for(point) {
+                    settings.seed = seed;
+                    self.install_program(&settings, &plan, None)?;
+                }
                 false
             }
             Ok(None) => {
@@ -94,37 +106,52 @@ impl Control {
             entries: plan.entry_count(),
             keys: plan.key_count(),
         };
-        self.attach_links(interfaces, &indexes, mode, &mut report)?;
+        self.attach_links(interfaces, &indexes, point, &mut report)?;
         self.save_settings(&settings)?;
         Ok(report)
     }
 
-    /// Pins a link of the program on each interface that has none yet.
-    /// If the first one fails on a program this attach loaded, nothing is
-    /// left pinned.
+    /// Pins a link of the program at `point` on each interface that has
+    /// none in that direction yet; one that has a link on another hook in
+    /// that direction is refused. If the first one fails on a program this
+    /// attach loaded, nothing is left pinned.
     fn attach_links(
         &self,
         interfaces: &[String],
         indexes: &[u32],
-        mode: AttachMode,
+        point: AttachPoint,
         report: &mut AttachReport,
     ) -> Result<()> {
-        let existing: Vec<String> = self
-            .pins
-            .attachments()
-            .into_iter()
-            .map(|link| link.interface)
-            .collect();
+        let existing = self.pins.attachments();
+        let direction = direction_name(point.direction());
         for (interface, &index) in interfaces.iter().zip(indexes) {
-            if existing.contains(interface) || report.attached.contains(interface) {
-                report.already_attached.push(interface.clone());
-                continue;
+            let there = existing
+                .iter()
+                .find(|link| &link.interface == interface && link.direction == direction);
+            match there {
+                // (An XDP link in the other mode stays as it is.)
+                Some(link) if link.hook != point.hook() => {
+                    return Err(ControlError::Conflict(format!(
+                        "{interface} already has the blocklist on {direction} ({} {}): `cfctl \
+                         detach {interface}` first to move it",
+                        link.hook, link.mode
+                    )))
+                }
+                Some(_) => {
+                    report.already_attached.push(interface.clone());
+                    continue;
+                }
+                None if report.attached.contains(interface) => {
+                    report.already_attached.push(interface.clone());
+                    continue;
+                }
+                None => {}
             }
-            if let Err(error) = self.pins.attach(interface, index, mode) {
+            if let Err(error) = self.pins.attach(interface, index, point) {
                 if report.loaded && existing.is_empty() && report.attached.is_empty() {
                     self.pins.remove();
                 }
-                return Err(attach_error(interface, error));
+                return Err(attach_error(interface, point, error));
             }
             report.attached.push(interface.clone());
         }
@@ -177,8 +204,8 @@ impl Control {
         shared: Option<SharedMaps<'_>>,
     ) -> Result<FilterProgram> {
         let mut blocklist = self.load_filled(settings, plan, shared)?;
-        for (_, link) in self.pins.links() {
-            blocklist.take_over_pinned_link(&link)?;
+        for (attachment, link) in self.pins.links() {
+            blocklist.take_over_pinned_link(&link, attachment.point)?;
         }
         self.pins.unpin_program_and_maps();
         if let Err(error) = self.pins.pin(&mut blocklist) {
@@ -275,27 +302,40 @@ impl Control {
     }
 }
 
-/// Detaches from `interfaces` (every interface if `None`). When no
-/// interface is left, the program and maps are unpinned too unless
-/// `keep_state`. Needs no store: it never touches one.
+/// Detaches from `interfaces` (every interface if `None`), in `direction`
+/// only if given, else in both. When no link is left, the program and
+/// maps are unpinned too unless `keep_state`. Needs no store: it never
+/// touches one.
 pub fn detach(
     pin_dir: &Path,
     interfaces: Option<&[String]>,
+    direction: Option<TrafficDirection>,
     keep_state: bool,
 ) -> Result<DetachReport> {
     let pins = &PinDir::new(pin_dir);
     let links = pins.links();
+    let in_direction =
+        |link: &Attachment| direction.is_none_or(|direction| link.point.direction() == direction);
     let chosen: Vec<&(Attachment, PathBuf)> = match interfaces {
-        None => links.iter().collect(),
-        Some(names) => names
+        None => links
             .iter()
-            .map(|name| {
-                links
-                    .iter()
-                    .find(|(link, _)| &link.interface == name)
-                    .ok_or_else(|| ControlError::NotAttachedTo(name.clone()))
-            })
-            .collect::<Result<_>>()?,
+            .filter(|(link, _)| in_direction(link))
+            .collect(),
+        Some(names) => {
+            let mut chosen = Vec::new();
+            for name in names {
+                let before = chosen.len();
+                chosen.extend(
+                    links
+                        .iter()
+                        .filter(|(link, _)| &link.interface == name && in_direction(link)),
+                );
+                if chosen.len() == before {
+                    return Err(ControlError::NotAttachedTo(name.clone()));
+                }
+            }
+            chosen
+        }
     };
     let mut report = DetachReport {
         detached: Vec::new(),
@@ -303,7 +343,9 @@ pub fn detach(
     };
     for (link, path) in chosen {
         pins.detach(path)?;
-        report.detached.push(link.interface.clone());
+        if !report.detached.contains(&link.interface) {
+            report.detached.push(link.interface.clone());
+        }
     }
     if pins.links().is_empty() && !keep_state && pins.path().exists() {
         pins.remove();
@@ -372,9 +414,19 @@ fn check_compatible(
     Ok(())
 }
 
-/// Explains a failed attach to `interface`.
-fn attach_error(interface: &str, error: XdpError) -> ControlError {
-    match os_error_code(&error) {
+/// Explains a failed attach to `interface` at `point`.
+fn attach_error(interface: &str, point: AttachPoint, error: XdpError) -> ControlError {
+    let code = os_error_code(&error);
+    if let AttachPoint::Tc(_) = point {
+        return match code {
+            Some(libc::EINVAL | libc::EOPNOTSUPP) => ControlError::TcxUnsupported {
+                interface: interface.to_owned(),
+                kernel: kernel_release(),
+            },
+            _ => ControlError::Xdp(error),
+        };
+    }
+    match code {
         Some(libc::EBUSY | libc::EEXIST) => ControlError::InterfaceBusy(interface.to_owned()),
         Some(libc::EOPNOTSUPP) => ControlError::NativeUnsupported(interface.to_owned()),
         Some(libc::ERANGE) => ControlError::NativeMtu {
@@ -398,4 +450,11 @@ fn os_error_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
         current = error.source();
     }
     None
+}
+
+/// The running kernel's release (`uname -r`), as far as it can be read.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|release| release.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
 }

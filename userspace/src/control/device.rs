@@ -16,7 +16,7 @@
 //!   half-applied;
 //! * `check` asks the device; `status`, `stats` and `save` pass through.
 
-use filter_core::protocol::{self, Info, Item, Prefix, PrefixLengths, Stats};
+use filter_core::protocol::{self, Info, Item, Prefix, PrefixLengths, Stats, Traffic};
 use filter_core::Fingerprint;
 use ipnet::IpNet;
 use std::net::IpAddr;
@@ -78,6 +78,16 @@ pub enum DeviceControlError {
 type Result<T, E = DeviceControlError> = std::result::Result<T, E>;
 
 /// What an import did.
+/// The counters of `cfctl --device ... stats`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceStats {
+    /// Of the requests (at the top level of the JSON).
+    #[serde(flatten)]
+    pub requests: Stats,
+    /// Of the frames checked on the device's Ethernet port.
+    pub traffic: Traffic,
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct DeviceImport {
     /// Entries pushed.
@@ -243,11 +253,18 @@ impl DeviceControl {
             .map_err(|error| self.device_error(error))
     }
 
-    /// The device's counters.
-    pub fn stats(&mut self) -> Result<Stats> {
-        self.client
+    /// The device's counters: of requests, and of the frames it checked
+    /// on its Ethernet port.
+    pub fn stats(&mut self) -> Result<DeviceStats> {
+        let requests = self
+            .client
             .stats()
-            .map_err(|error| self.device_error(error))
+            .map_err(|error| self.device_error(error))?;
+        let traffic = self
+            .client
+            .traffic()
+            .map_err(|error| self.device_error(error))?;
+        Ok(DeviceStats { requests, traffic })
     }
 
     /// Saves the live filter to the device's flash; returns the image's

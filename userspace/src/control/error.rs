@@ -111,10 +111,23 @@ pub enum ControlError {
     NotAttachedTo(String),
     /// Another XDP program holds the interface.
     #[error(
-        "interface '{0}' already has another XDP program attached; remove it first \
-         (for example `ip link set dev {0} xdp off`)"
+        "interface '{0}' already has another XDP program attached, which takes its whole XDP \
+         hook: attach with `--hook tc` to run beside it, or remove it first (for example `ip \
+         link set dev {0} xdp off`)"
     )]
     InterfaceBusy(String),
+    /// The kernel has no tcx links, which the TC hook is attached with.
+    #[error(
+        "cannot attach to the TC hook of '{interface}': this kernel ({kernel}) has no tcx links \
+         (Linux 6.6 or later); use the XDP hook (`--hook xdp`, `--mode skb` where the driver \
+         lacks XDP)"
+    )]
+    TcxUnsupported {
+        /// The interface.
+        interface: String,
+        /// The kernel's release.
+        kernel: String,
+    },
     /// The driver refuses native XDP at the interface's MTU.
     #[error(
         "the driver of '{interface}' refuses native XDP at its MTU{mtu}: native XDP needs \

@@ -1,6 +1,7 @@
-//! Which interface a pinned XDP link is on, as the kernel says: the
-//! `xdp.ifindex` member of `struct bpf_link_info`, zero once the interface
-//! is gone (the kernel detaches the link). A name looked up by cfctl says
+//! Which interface a pinned XDP or tcx link is on, as the kernel says: the
+//! `xdp.ifindex` member of `struct bpf_link_info` (`tcx.ifindex`, at the
+//! same place), zero once the interface is gone (the kernel detaches the
+//! link). A name looked up by cfctl says
 //! less: interface names belong to a network namespace, and a link pinned
 //! from one namespace is seen from every other.
 //!
@@ -36,7 +37,7 @@ struct InfoAttr {
     info: u64,
 }
 
-/// The head of `struct bpf_link_info` with its `xdp` member: the kernel
+/// The head of `struct bpf_link_info` with its `xdp` (or `tcx`) member: the kernel
 /// fills as much of the struct as the length it is given.
 #[repr(C)]
 #[derive(Default)]
@@ -69,7 +70,7 @@ fn bpf<T>(command: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     }
 }
 
-/// The index of the interface the XDP link pinned at `pin` is on; zero if
+/// The index of the interface the XDP or tcx link pinned at `pin` is on; zero if
 /// the interface is gone.
 pub fn link_ifindex(pin: &Path) -> io::Result<u32> {
     let path = CString::new(pin.as_os_str().as_encoded_bytes())

@@ -1,5 +1,6 @@
-//! Everything that touches the XDP program and its maps: loading the
-//! object, attaching, pinning, the config, the filter tables, the block
+//! Everything that touches the blocklist programs (XDP, and TC for
+//! interfaces whose XDP hook is taken and for egress) and their maps:
+//! loading the object, attaching, pinning, the config, the filter tables, the block
 //! prefilter, the allowlist, the counters and the sampled drops. The control
 //! plane reaches it
 //! through two types: [`LiveFilter`], the shape-erased filter of a loaded
@@ -108,7 +109,7 @@ pub enum XdpError {
     #[error("cannot load the blocklist eBPF object: {0}")]
     Ebpf(#[from] EbpfError),
     /// A program could not be loaded, attached or detached.
-    #[error("XDP program {name}: {source}")]
+    #[error("blocklist program {name}: {source}")]
     Program {
         /// Program name.
         name: &'static str,
@@ -116,7 +117,7 @@ pub enum XdpError {
         source: ProgramError,
     },
     /// The object lacks a program it must have.
-    #[error("the blocklist eBPF object has no XDP program {0}")]
+    #[error("the blocklist eBPF object has no program {0}")]
     MissingProgram(&'static str),
     /// The object lacks a map it must have.
     #[error("the blocklist eBPF object has no map {0}")]
@@ -165,10 +166,10 @@ pub enum XdpError {
     #[error("no pinned blocklist filter map (FILTERS_FP8/16/32) in {0}")]
     NoPinnedFilter(PathBuf),
     /// A link operation failed.
-    #[error("XDP link: {0}")]
+    #[error("link: {0}")]
     Link(#[from] LinkError),
     /// A pinned link could not be opened or unpinned.
-    #[error("pinned XDP link {path}: {source}")]
+    #[error("pinned link {path}: {source}")]
     PinnedLink {
         /// Pin path.
         path: PathBuf,
@@ -263,7 +264,7 @@ pub enum XdpError {
 /// The result of the XDP room's operations.
 pub type Result<T, E = XdpError> = std::result::Result<T, E>;
 
-/// How the program is attached to an interface.
+/// How the XDP program is attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachMode {
     /// In the driver (native XDP).
@@ -296,5 +297,74 @@ impl From<AttachMode> for XdpMode {
             AttachMode::Native => XdpMode::Driver,
             AttachMode::Skb => XdpMode::Skb,
         }
+    }
+}
+
+pub use cfxdp::TrafficDirection;
+
+/// Where on an interface a blocklist program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachPoint {
+    /// The XDP hook (ingress only), in a mode.
+    Xdp(AttachMode),
+    /// The TC hook in a direction, with a tcx link, first in the hook's
+    /// chain; a pass hands the packet on to the programs after it.
+    Tc(TrafficDirection),
+}
+
+impl AttachPoint {
+    /// Every attach point.
+    pub const ALL: [AttachPoint; 4] = [
+        AttachPoint::Xdp(AttachMode::Native),
+        AttachPoint::Xdp(AttachMode::Skb),
+        AttachPoint::Tc(TrafficDirection::Ingress),
+        AttachPoint::Tc(TrafficDirection::Egress),
+    ];
+
+    /// The name that a link's pin ends with: `native`, `skb`, `tc-ingress`
+    /// or `tc-egress`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttachPoint::Xdp(mode) => mode.name(),
+            AttachPoint::Tc(TrafficDirection::Ingress) => "tc-ingress",
+            AttachPoint::Tc(TrafficDirection::Egress) => "tc-egress",
+        }
+    }
+
+    /// The attach point of a name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|point| point.name() == name)
+    }
+
+    /// The hook: `xdp` or `tc`.
+    pub const fn hook(self) -> &'static str {
+        match self {
+            AttachPoint::Xdp(_) => "xdp",
+            AttachPoint::Tc(_) => "tc",
+        }
+    }
+
+    /// Which packets the program sees.
+    pub const fn direction(self) -> TrafficDirection {
+        match self {
+            AttachPoint::Xdp(_) => TrafficDirection::Ingress,
+            AttachPoint::Tc(direction) => direction,
+        }
+    }
+
+    /// How the program is attached: `native` or `skb` (XDP), `tcx` (TC).
+    pub const fn mode(self) -> &'static str {
+        match self {
+            AttachPoint::Xdp(mode) => mode.name(),
+            AttachPoint::Tc(_) => "tcx",
+        }
+    }
+}
+
+/// A direction's name: `ingress` or `egress`.
+pub const fn direction_name(direction: TrafficDirection) -> &'static str {
+    match direction {
+        TrafficDirection::Ingress => "ingress",
+        TrafficDirection::Egress => "egress",
     }
 }

@@ -3,9 +3,13 @@
 //! attachment outlives the process that made it:
 //!
 //! ```text
-//! <pin dir>/program, CONFIG, PREFILTERS, COUNTERS, ALLOW_V4, ALLOW_V6, FILTERS_FP<bits>
-//! <pin dir>/links/<interface>@<native|skb>
+//! <pin dir>/program, program-tc-ingress, program-tc-egress,
+//!           CONFIG, PREFILTERS, COUNTERS, ALLOW_V4, ALLOW_V6, FILTERS_FP<bits>, ...
+//! <pin dir>/links/<interface>@<native|skb|tc-ingress|tc-egress>
 //! ```
+//!
+//! An interface has at most one link for each direction: on ingress the
+//! XDP hook or the TC hook, on egress the TC hook.
 //!
 //! Preparing a directory mounts a bpf filesystem at `/sys/fs/bpf` when
 //! nothing is mounted there yet (a fresh machine), unless this process's
@@ -23,8 +27,10 @@ use serde::Serialize;
 
 use super::link_info::link_ifindex;
 use super::maps::FilterMaps;
-use super::program::{attach_pinned_program, detach_pinned, FilterProgram, PINNED_PROGRAM};
-use super::{AttachMode, LiveFilter, Result, XdpError};
+use super::program::{
+    attach_pinned_program, detach_pinned, pinned_program, FilterProgram, PINNED_PROGRAM,
+};
+use super::{direction_name, AttachPoint, LiveFilter, Result, XdpError};
 
 /// The subdirectory holding one link per interface.
 const LINKS_DIR: &str = "links";
@@ -38,8 +44,15 @@ const BPFFS_ROOT: &str = "/sys/fs/bpf";
 pub struct Attachment {
     /// Interface name.
     pub interface: String,
-    /// `native` or `skb`.
+    /// `xdp` or `tc`.
+    pub hook: &'static str,
+    /// `ingress` or `egress`.
+    pub direction: &'static str,
+    /// `native` or `skb` (XDP), `tcx` (TC).
     pub mode: &'static str,
+    /// Where the link is, as one value.
+    #[serde(skip)]
+    pub point: AttachPoint,
     /// Whether the interface still exists (the kernel keeps the link on
     /// it).
     pub present: bool,
@@ -74,6 +87,12 @@ impl PinDir {
     /// Whether a program is pinned here.
     pub fn has_program(&self) -> bool {
         self.path.join(PINNED_PROGRAM).exists()
+    }
+
+    /// Whether the program for `point` is pinned here (a blocklist pinned
+    /// by a cfctl without the TC hook has only the XDP one).
+    pub fn has_program_for(&self, point: AttachPoint) -> bool {
+        self.path.join(pinned_program(point)).exists()
     }
 
     /// Whether anything but the link directory is pinned here.
@@ -145,20 +164,26 @@ impl PinDir {
             .filter_map(|entry| entry.ok())
             .filter_map(|entry| {
                 let name = entry.file_name().into_string().ok()?;
-                let (interface, mode) = name.rsplit_once('@')?;
+                let (interface, point) = name.rsplit_once('@')?;
+                let point = AttachPoint::from_name(point)?;
                 let here = interface_index(interface).ok();
                 // Without the kernel's answer, the name's own.
                 let ifindex = link_ifindex(&entry.path()).ok().or(here);
                 let attachment = Attachment {
                     interface: interface.to_owned(),
-                    mode: AttachMode::from_name(mode)?.name(),
+                    hook: point.hook(),
+                    direction: direction_name(point.direction()),
+                    mode: point.mode(),
+                    point,
                     present: ifindex.is_some_and(|index| index != 0),
                     in_this_namespace: here.is_some() && here == ifindex,
                 };
                 Some((attachment, entry.path()))
             })
             .collect();
-        links.sort_by(|(a, _), (b, _)| a.interface.cmp(&b.interface));
+        links.sort_by(|(a, _), (b, _)| {
+            (&a.interface, a.direction).cmp(&(&b.interface, b.direction))
+        });
         links
     }
 
@@ -167,13 +192,13 @@ impl PinDir {
         self.links().into_iter().map(|(link, _)| link).collect()
     }
 
-    /// Attaches the program pinned here to `interface` (index `index`) with
-    /// a link pinned in the link directory.
-    pub fn attach(&self, interface: &str, index: u32, mode: AttachMode) -> Result<()> {
+    /// Attaches the program pinned here for `point` to `interface` (index
+    /// `index`) with a link pinned in the link directory.
+    pub fn attach(&self, interface: &str, index: u32, point: AttachPoint) -> Result<()> {
         let link = self
             .links_dir()
-            .join(format!("{interface}@{}", mode.name()));
-        attach_pinned_program(&self.path, index, mode, &link)
+            .join(format!("{interface}@{}", point.name()));
+        attach_pinned_program(&self.path, interface, index, point, &link)
     }
 
     /// Removes the link pinned at `link` (from [`Self::links`]).

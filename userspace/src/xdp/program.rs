@@ -1,18 +1,21 @@
-//! Loading the `cfxdp` object and its program ([`FilterProgram`]),
-//! attaching it to interfaces directly or with pinned BPF links, moving a
-//! pinned link to another program with no gap, and running the program on
-//! a frame with `BPF_PROG_TEST_RUN` (verdict tests).
+//! Loading the `cfxdp` object and its programs ([`FilterProgram`]: the XDP
+//! program and the two TC programs of a filter shape, sharing the maps),
+//! attaching them to interfaces directly or with pinned BPF links (XDP
+//! links, tcx links), moving a pinned link to another program with no gap,
+//! and running the programs on a frame with `BPF_PROG_TEST_RUN` (verdict
+//! tests).
 //!
 //! Loading goes through [`preload`](super::preload): the outer filter map is
 //! created first with a table of the chosen size as its inner template, so
 //! the verifier inlines every bucket lookup.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
 use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
 use aya::programs::xdp::XdpLink;
-use aya::programs::Xdp;
+use aya::programs::{LinkOrder, SchedClassifier, TcAttachType, Xdp};
 use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use cfxdp::prefilter::Prefilter;
@@ -24,15 +27,27 @@ use cfxdp::{
 use super::maps::{filter_profile, FilterMaps, SharedMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
-use super::test_run::{run_xdp, TestRun};
-use super::{AttachMode, LiveFilter, Result, XdpError};
+use super::test_run::{run_tc, run_xdp, TcTestRun, TestRun};
+use super::{AttachMode, AttachPoint, LiveFilter, Result, TrafficDirection, XdpError};
 use crate::plan::ActiveLengths;
 
 /// The compiled `cfxdp` eBPF object.
 static CFXDP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cfxdp"));
 
-/// Name of the pinned program in a pin directory.
+/// Name of the pinned XDP program in a pin directory.
 pub const PINNED_PROGRAM: &str = "program";
+
+/// Name of the pinned program for `point` in a pin directory: `program`
+/// (XDP), `program-tc-ingress`, `program-tc-egress`.
+pub fn pinned_program(point: AttachPoint) -> String {
+    match point {
+        AttachPoint::Xdp(_) => PINNED_PROGRAM.to_owned(),
+        AttachPoint::Tc(_) => format!("{PINNED_PROGRAM}-{}", point.name()),
+    }
+}
+
+/// The TC programs' directions.
+const TC_DIRECTIONS: [TrafficDirection; 2] = [TrafficDirection::Ingress, TrafficDirection::Egress];
 
 /// How to load the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +78,8 @@ impl LoadOptions {
     }
 }
 
-/// A loaded blocklist program and its maps.
+/// A loaded blocklist: its programs (XDP, TC ingress, TC egress) and their
+/// maps.
 #[derive(Debug)]
 pub struct FilterProgram {
     ebpf: Ebpf,
@@ -72,7 +88,7 @@ pub struct FilterProgram {
 }
 
 impl FilterProgram {
-    /// Loads the object and the program for `options.shape`, and makes an
+    /// Loads the object and the programs for `options.shape`, and makes an
     /// empty table of `options.bucket_count` buckets live (no prefix
     /// lengths: nothing is listed).
     pub fn load(options: &LoadOptions) -> Result<Self> {
@@ -122,6 +138,12 @@ impl FilterProgram {
         xdp_mut(&mut ebpf, name)?
             .load()
             .map_err(|source| XdpError::Program { name, source })?;
+        for direction in TC_DIRECTIONS {
+            let name = options.shape.tc_program(direction);
+            tc_mut(&mut ebpf, name)?
+                .load()
+                .map_err(|source| XdpError::Program { name, source })?;
+        }
         let mut maps = FilterMaps::take(&mut ebpf, options.shape, options.bucket_count)?;
         maps.stamp_abi_version();
         let profile = filter_profile(
@@ -177,111 +199,190 @@ impl FilterProgram {
             .map_err(|source| XdpError::Program { name, source })
     }
 
-    /// Attaches the program to interface `if_index` with a BPF link pinned
-    /// at `link_path`: the attachment outlives this process until
-    /// [`detach_pinned`] removes it.
+    /// Attaches the program for `point` to `interface` (index `if_index`)
+    /// with a BPF link pinned at `link_path`: the attachment outlives this
+    /// process until [`detach_pinned`] removes it.
     pub fn attach_pinned(
         &mut self,
+        interface: &str,
         if_index: u32,
-        mode: AttachMode,
+        point: AttachPoint,
         link_path: &Path,
     ) -> Result<()> {
-        let name = self.shape.program();
-        attach_with_pinned_link(self.program()?, name, if_index, mode, link_path)
+        let link = match point {
+            AttachPoint::Xdp(mode) => {
+                let name = self.shape.program();
+                attach_xdp(self.program()?, name, if_index, mode)?
+            }
+            AttachPoint::Tc(direction) => {
+                let name = self.shape.tc_program(direction);
+                attach_tc(tc_mut(&mut self.ebpf, name)?, name, interface, direction)?
+            }
+        };
+        pin_link(link, link_path)
     }
 
-    /// Moves the attachment pinned at `link_path` (by
+    /// Moves the attachment at `point` pinned at `link_path` (by
     /// [`Self::attach_pinned`] or [`attach_pinned_program`], of any
-    /// blocklist) to this program with one `bpf_link_update`: packets on
-    /// that interface go from the old program to this one with no gap. The
-    /// link stays pinned where it is.
-    pub fn take_over_pinned_link(&mut self, link_path: &Path) -> Result<()> {
-        let name = self.shape.program();
-        let link = XdpLink::try_from(FdLink::from(PinnedLink::from_pin(link_path)?))?;
-        let link_id = self
-            .program()?
-            .attach_to_link(link)
-            .map_err(|source| XdpError::Program { name, source })?;
-        // Keep the link (pinned) when this program is dropped.
-        drop(
-            self.program()?
-                .take_link(link_id)
-                .map_err(|source| XdpError::Program { name, source })?,
-        );
+    /// blocklist) to this blocklist's program for `point` with one
+    /// `bpf_link_update`: packets on that interface go from the old program
+    /// to this one with no gap. The link stays pinned where it is.
+    pub fn take_over_pinned_link(&mut self, link_path: &Path, point: AttachPoint) -> Result<()> {
+        let link = FdLink::from(PinnedLink::from_pin(link_path)?);
+        match point {
+            AttachPoint::Xdp(_) => {
+                let name = self.shape.program();
+                let program_error = |source| XdpError::Program { name, source };
+                let program = self.program()?;
+                let link_id = program
+                    .attach_to_link(XdpLink::try_from(link)?)
+                    .map_err(program_error)?;
+                // Keep the link (pinned) when this program is dropped.
+                drop(program.take_link(link_id).map_err(program_error)?);
+            }
+            AttachPoint::Tc(direction) => {
+                let name = self.shape.tc_program(direction);
+                let program_error = |source| XdpError::Program { name, source };
+                let program = tc_mut(&mut self.ebpf, name)?;
+                let link_id = program
+                    .attach_to_link(SchedClassifierLink::try_from(link)?)
+                    .map_err(program_error)?;
+                drop(program.take_link(link_id).map_err(program_error)?);
+            }
+        }
         Ok(())
     }
 
-    /// Pins the maps (see [`FilterMaps::pin`]) and the program (as
-    /// `program`) in `dir`, an existing directory on a bpffs.
+    /// Pins the maps (see [`FilterMaps::pin`]) and the programs (see
+    /// [`pinned_program`]) in `dir`, an existing directory on a bpffs.
     pub fn pin(&mut self, dir: &Path) -> Result<()> {
         self.live.maps().pin(dir)?;
         let path = dir.join(PINNED_PROGRAM);
         self.program()?
             .pin(&path)
-            .map_err(|source| XdpError::Pin { path, source })
+            .map_err(|source| XdpError::Pin { path, source })?;
+        for direction in TC_DIRECTIONS {
+            let path = dir.join(pinned_program(AttachPoint::Tc(direction)));
+            tc_mut(&mut self.ebpf, self.shape.tc_program(direction))?
+                .pin(&path)
+                .map_err(|source| XdpError::Pin { path, source })?;
+        }
+        Ok(())
     }
 
-    /// Runs the blocklist program on `frame` with BPF_PROG_TEST_RUN,
-    /// `repeat` times; counters count every repetition.
+    /// Runs the XDP program on `frame` with BPF_PROG_TEST_RUN, `repeat`
+    /// times; counters count every repetition.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        self.test_run_program(self.shape.program(), frame, repeat)
-    }
-
-    /// Runs the loaded program `name` on `frame` with BPF_PROG_TEST_RUN.
-    fn test_run_program(&self, name: &'static str, frame: &[u8], repeat: u32) -> Result<TestRun> {
-        let xdp: &Xdp = self
-            .ebpf
-            .program(name)
-            .ok_or(XdpError::MissingProgram(name))?
-            .try_into()
-            .map_err(|source| XdpError::Program { name, source })?;
-        let fd = xdp
-            .fd()
-            .map_err(|source| XdpError::Program { name, source })?;
-        run_xdp(fd.as_fd(), frame, repeat).map_err(|source| XdpError::TestRun {
+        let name = self.shape.program();
+        run_xdp(self.program_fd(name)?, frame, repeat).map_err(|source| XdpError::TestRun {
             program: name,
             source,
         })
     }
+
+    /// Runs the TC program of `direction` on `frame` with
+    /// BPF_PROG_TEST_RUN, `repeat` times.
+    pub fn test_run_tc(
+        &self,
+        direction: TrafficDirection,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<TcTestRun> {
+        let name = self.shape.tc_program(direction);
+        run_tc(self.program_fd(name)?, frame, repeat).map_err(|source| XdpError::TestRun {
+            program: name,
+            source,
+        })
+    }
+
+    /// The descriptor of the loaded program `name`.
+    fn program_fd(&self, name: &'static str) -> Result<BorrowedFd<'_>> {
+        let program = self
+            .ebpf
+            .program(name)
+            .ok_or(XdpError::MissingProgram(name))?;
+        let fd = program
+            .fd()
+            .map_err(|source| XdpError::Program { name, source })?;
+        Ok(fd.as_fd())
+    }
 }
 
-/// Attaches the program that [`Blocklist::pin`] pinned in `dir` to one
-/// more interface, with a BPF link pinned at `link_path`; every interface
-/// shares the pinned maps.
+/// Attaches the program for `point` that [`FilterProgram::pin`] pinned in
+/// `dir` to one more interface, with a BPF link pinned at `link_path`;
+/// every interface shares the pinned maps.
 pub fn attach_pinned_program(
     dir: &Path,
+    interface: &str,
     if_index: u32,
-    mode: AttachMode,
+    point: AttachPoint,
     link_path: &Path,
 ) -> Result<()> {
     const NAME: &str = "pinned blocklist program";
-    let mut program = Xdp::from_pin(dir.join(PINNED_PROGRAM), XdpAttachType::Interface)
-        .map_err(|source| XdpError::Program { name: NAME, source })?;
-    attach_with_pinned_link(&mut program, NAME, if_index, mode, link_path)
+    let program_error = |source| XdpError::Program { name: NAME, source };
+    let path = dir.join(pinned_program(point));
+    let link = match point {
+        AttachPoint::Xdp(mode) => {
+            let mut program =
+                Xdp::from_pin(path, XdpAttachType::Interface).map_err(program_error)?;
+            attach_xdp(&mut program, NAME, if_index, mode)?
+        }
+        AttachPoint::Tc(direction) => {
+            let mut program = SchedClassifier::from_pin(path).map_err(program_error)?;
+            attach_tc(&mut program, NAME, interface, direction)?
+        }
+    };
+    pin_link(link, link_path)
 }
 
-fn attach_with_pinned_link(
+/// Attaches `program` to interface `if_index` in `mode`; its link.
+fn attach_xdp(
     program: &mut Xdp,
     name: &'static str,
     if_index: u32,
     mode: AttachMode,
-    link_path: &Path,
-) -> Result<()> {
+) -> Result<FdLink> {
     let program_error = |source| XdpError::Program { name, source };
     let link_id = program
         .attach_to_if_index(if_index, mode.into())
         .map_err(program_error)?;
-    let link = program.take_link(link_id).map_err(program_error)?;
-    FdLink::try_from(link)?
-        .pin(link_path)
-        .map_err(|source| XdpError::Pin {
-            path: link_path.to_owned(),
-            source,
-        })?;
+    Ok(FdLink::try_from(
+        program.take_link(link_id).map_err(program_error)?,
+    )?)
+}
+
+/// Attaches `program` to `interface`'s TC hook of `direction` with a tcx
+/// link, before every other program there; its link.
+fn attach_tc(
+    program: &mut SchedClassifier,
+    name: &'static str,
+    interface: &str,
+    direction: TrafficDirection,
+) -> Result<FdLink> {
+    let program_error = |source| XdpError::Program { name, source };
+    let attach_type = match direction {
+        TrafficDirection::Ingress => TcAttachType::Ingress,
+        TrafficDirection::Egress => TcAttachType::Egress,
+    };
+    let order = TcAttachOptions::TcxOrder(LinkOrder::first());
+    let link_id = program
+        .attach_with_options(interface, attach_type, order)
+        .map_err(program_error)?;
+    Ok(FdLink::try_from(
+        program.take_link(link_id).map_err(program_error)?,
+    )?)
+}
+
+/// Pins `link` at `link_path`.
+fn pin_link(link: FdLink, link_path: &Path) -> Result<()> {
+    link.pin(link_path).map_err(|source| XdpError::Pin {
+        path: link_path.to_owned(),
+        source,
+    })?;
     Ok(())
 }
 
-/// Removes an attachment made by [`Blocklist::attach_pinned`] or
+/// Removes an attachment made by [`FilterProgram::attach_pinned`] or
 /// [`attach_pinned_program`].
 pub fn detach_pinned(link_path: &Path) -> Result<()> {
     let link = PinnedLink::from_pin(link_path)?;
@@ -294,6 +395,13 @@ pub fn detach_pinned(link_path: &Path) -> Result<()> {
 }
 
 fn xdp_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp> {
+    ebpf.program_mut(name)
+        .ok_or(XdpError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| XdpError::Program { name, source })
+}
+
+fn tc_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier> {
     ebpf.program_mut(name)
         .ok_or(XdpError::MissingProgram(name))?
         .try_into()

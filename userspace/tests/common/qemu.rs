@@ -1,10 +1,12 @@
 //! The QEMU firmware image: built (or named by `CF_QEMU_FIRMWARE`), booted
-//! on `mps2-an386` with UART0 on a unix socket or a loopback TCP port,
-//! killed and cleaned up on
-//! drop, its defmt log decoded. Needs `qemu-system-arm` and `defmt-print`.
+//! on `mps2-an386` with UART0 on a unix socket or a loopback TCP port, and
+//! with no network (`-nic none`) or its LAN9118 on a UDP socket of
+//! 127.0.0.1 (`-netdev dgram`: one datagram per Ethernet frame), killed
+//! and cleaned up on drop, its defmt log decoded. Needs `qemu-system-arm`
+//! and `defmt-print`.
 
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -75,6 +77,12 @@ pub struct Qemu {
 impl Qemu {
     /// Boots `elf` with UART0 on a unix socket in the scratch directory.
     pub fn boot(elf: &Path) -> (Self, UnixStream) {
+        Self::boot_on_unix_socket(elf, &["-nic", "none"])
+    }
+
+    /// Boots `elf` with UART0 on a unix socket and `network` as the
+    /// emulator's network arguments.
+    fn boot_on_unix_socket(elf: &Path, network: &[&str]) -> (Self, UnixStream) {
         let dir = scratch_dir();
         let socket = dir.join("uart0.sock");
         let mut qemu = Self::spawn(
@@ -82,9 +90,33 @@ impl Qemu {
             dir,
             format!("unix:{},server=on,wait=on", socket.display()),
             socket.display().to_string(),
+            network,
         );
         let stream = qemu.first_client(|| UnixStream::connect(&socket));
         (qemu, stream)
+    }
+
+    /// Boots `elf` as [`Self::boot`] does, with the LAN9118 attached to a
+    /// UDP socket of 127.0.0.1: the returned socket sends the frames the
+    /// controller receives and receives the frames it sends.
+    pub fn boot_with_ethernet(elf: &Path) -> (Self, UnixStream, UdpSocket) {
+        let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("a UDP socket");
+        let free = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|socket| socket.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let own = port.local_addr().expect("the socket's address").port();
+        let netdev = format!(
+            "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={free},\
+             remote.type=inet,remote.host=127.0.0.1,remote.port={own}"
+        );
+        let (qemu, stream) = Self::boot_on_unix_socket(
+            elf,
+            &["-netdev", &netdev, "-net", "nic,netdev=n0,model=lan9118"],
+        );
+        port.connect((Ipv4Addr::LOCALHOST, free))
+            .expect("connecting to the emulated port");
+        (qemu, stream, port)
     }
 
     /// Boots `elf` with UART0 on a TCP port of 127.0.0.1, as a ser2net-style
@@ -100,15 +132,17 @@ impl Qemu {
             scratch_dir(),
             format!("tcp:{address},server=on,wait=on"),
             format!("tcp:{address}"),
+            &["-nic", "none"],
         );
         let stream = qemu.first_client(|| TcpStream::connect(address));
         (qemu, stream)
     }
 
-    fn spawn(elf: &Path, dir: PathBuf, serial: String, device: String) -> Self {
+    fn spawn(elf: &Path, dir: PathBuf, serial: String, device: String, network: &[&str]) -> Self {
         let child = Command::new("qemu-system-arm")
             .args(["-machine", "mps2-an386", "-cpu", "cortex-m4", "-nographic"])
             .args(["-monitor", "none"])
+            .args(network)
             .args(["-semihosting-config", "enable=on,target=native"])
             .args(["-serial", &serial])
             .arg("-kernel")

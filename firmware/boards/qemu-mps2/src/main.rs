@@ -1,7 +1,12 @@
 //! The filter device on QEMU's `mps2-an386` (Cortex-M4F), the image the
 //! end-to-end tests boot: the protocol on UART0, defmt through
-//! semihosting, and the image slots in RAM (QEMU has no flash that
-//! outlives the emulator: see `firmware::ram_flash`).
+//! semihosting, the image slots in RAM (QEMU has no flash that outlives
+//! the emulator: see `firmware::ram_flash`), and a filtering bridge
+//! between VLANs 10 and 20 on the LAN9118 Ethernet port
+//! ([`firmware::bridge`]): frames from listed sources never cross it.
+//! Both receive by interrupt: UART0's handler moves bytes into a ring, the
+//! Ethernet controller keeps frames in its FIFO; the main loop serves the
+//! bytes, then the frames, and sleeps (`wfi`) when neither waits.
 //!
 //! A panic or a HardFault logs where it happened and resets the machine,
 //! as the watchdog does on a real board. The image slots live in
@@ -12,6 +17,7 @@
 #![no_std]
 #![no_main]
 
+mod ethernet;
 #[cfg(feature = "fault-triggers")]
 mod fault_triggers;
 mod stack;
@@ -20,11 +26,12 @@ mod uart;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
 
-use cortex_m::peripheral::SCB;
+use cortex_m::interrupt::InterruptNumber;
+use cortex_m::peripheral::{NVIC, SCB};
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt_semihosting as _;
 use filter_core::StaticCuckooFilter;
-use firmware::{Device, RamFlash, SlotLayout};
+use firmware::{Device, RamFlash, SerialServer, SlotLayout, Verdict};
 
 // ---- Sizes: the one place to change them (the same filter as the F411) --
 type FingerprintBits = u16;
@@ -40,6 +47,8 @@ const IMAGE_SLOTS: SlotLayout = SlotLayout {
     offsets: [0, SLOT_LEN as u32],
     slot_len: SLOT_LEN as u32,
 };
+/// The VLANs the Ethernet port bridges.
+const BRIDGED_VLANS: [u16; 2] = [10, 20];
 // ---------------------------------------------------------------------------
 
 type Filter = StaticCuckooFilter<FingerprintBits, SLOTS, BUCKETS>;
@@ -53,6 +62,8 @@ static mut FLASH_MEMORY: MaybeUninit<[u8; 2 * SLOT_LEN]> = MaybeUninit::uninit()
 fn main() -> ! {
     // cortex-m-rt turns this into a `&'static mut`; it starts zeroed in .bss.
     static mut FILTER: Filter = Filter::new(0);
+    // The frame being bridged: in .bss, not on the stack.
+    static mut FRAME: [u8; ethernet::MAX_FRAME_LEN] = [0; ethernet::MAX_FRAME_LEN];
 
     // SAFETY: `main` runs once and is the only code that names
     // FLASH_MEMORY. QEMU zeroes RAM when it starts and keeps it across
@@ -60,8 +71,8 @@ fn main() -> ! {
     // image, like a blank device), and any bit pattern is a valid `u8`.
     let flash_memory = unsafe { (*addr_of_mut!(FLASH_MEMORY)).assume_init_mut() };
 
-    let stack = stack::StackGauge::paint();
-    let Some((rx, mut tx)) = uart::take() else {
+    let mut stack = stack::StackGauge::paint();
+    let Some(mut tx) = uart::take() else {
         defmt::panic!("UART0 taken twice");
     };
     let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(flash_memory);
@@ -71,41 +82,76 @@ fn main() -> ! {
         device.filter().len(),
         device.filter().capacity()
     );
-    let mut rx = GaugedRx {
-        rx,
-        stack,
-        #[cfg(feature = "fault-triggers")]
-        triggers: fault_triggers::Watch::new(),
-    };
-    let error = firmware::serve(&mut device, &mut rx, &mut tx);
-    defmt::panic!("serial port failed: {}", error);
-}
-
-/// UART0's receiver that, whenever the device is idle (nothing received
-/// yet), logs a new stack high-water mark.
-struct GaugedRx {
-    rx: uart::UartRx,
-    stack: stack::StackGauge,
+    let mut ethernet = ethernet::Lan9118::start();
+    if ethernet.is_none() {
+        defmt::warn!("no LAN9118 found: serving UART0 only");
+    }
+    // SAFETY: the handlers touch only the ring (through critical sections)
+    // and the devices' interrupt acknowledgement registers.
+    unsafe {
+        NVIC::unmask(Interrupt::Uart0Rx);
+        NVIC::unmask(Interrupt::Ethernet);
+    }
+    let mut serial = SerialServer::new();
     #[cfg(feature = "fault-triggers")]
-    triggers: fault_triggers::Watch,
-}
-
-impl embedded_io::ErrorType for GaugedRx {
-    type Error = core::convert::Infallible;
-}
-
-impl embedded_io::Read for GaugedRx {
-    fn read(&mut self, buffer: &mut [u8]) -> Result<usize, Self::Error> {
-        if !uart::rx_ready() {
-            if let Some(used) = self.stack.new_high_water_mark() {
+    let mut triggers = fault_triggers::Watch::new();
+    let mut input = [0u8; 64];
+    loop {
+        let count = uart::RX_RING.pop_into(&mut input);
+        if count > 0 {
+            let bytes = input.get(..count).unwrap_or(&[]);
+            #[cfg(feature = "fault-triggers")]
+            triggers.scan(bytes);
+            if let Err(error) = serial.receive(&mut device, bytes, &mut tx) {
+                defmt::panic!("serial port failed: {}", error);
+            }
+            // Requests take the most stack; the gauge reads once after each
+            // batch of them, not on every turn of the loop.
+            if let Some(used) = stack.new_high_water_mark() {
                 defmt::info!("stack high-water mark: {=usize} bytes", used);
             }
         }
-        let count = self.rx.read(buffer)?;
-        #[cfg(feature = "fault-triggers")]
-        self.triggers.scan(buffer.get(..count).unwrap_or(&[]));
-        Ok(count)
+        if let Some(port) = &mut ethernet {
+            while let Some(len) = port.receive(FRAME) {
+                let frame = FRAME.get_mut(..len).unwrap_or(&mut []);
+                if device.bridge_frame(frame, BRIDGED_VLANS) == Verdict::Forward {
+                    port.transmit(frame);
+                }
+            }
+        }
+        // With interrupts masked, nothing can arrive unseen between the
+        // look and the sleep; a pending interrupt ends the `wfi`, and its
+        // handler runs once they are unmasked.
+        cortex_m::interrupt::free(|_| {
+            let frame_waits = ethernet.as_ref().is_some_and(ethernet::Lan9118::has_frame);
+            if uart::RX_RING.is_empty() && !frame_waits {
+                cortex_m::asm::wfi();
+            }
+        });
     }
+}
+
+/// The interrupts this board uses, by their number on `mps2-an386`.
+#[derive(Clone, Copy)]
+enum Interrupt {
+    Uart0Rx = 0,
+    Ethernet = 13,
+}
+
+// SAFETY: the numbers are those of QEMU's mps2-an386 (UART0 RX 0, the
+// LAN9118 13), below INTERRUPTS.
+unsafe impl InterruptNumber for Interrupt {
+    fn number(self) -> u16 {
+        self as u16
+    }
+}
+
+extern "C" fn uart0_rx() {
+    uart::on_receive();
+}
+
+extern "C" fn ethernet_interrupt() {
+    ethernet::on_interrupt();
 }
 
 /// External interrupts of QEMU's `mps2-an386` model.
@@ -117,11 +163,17 @@ extern "C" {
 }
 
 /// The interrupt part of the vector table (cortex-m-rt's `device` feature
-/// leaves it to the board, as a PAC would provide it): no interrupt is
-/// enabled, so each points at the default handler.
+/// leaves it to the board, as a PAC would provide it): UART0 RX and the
+/// Ethernet controller have handlers, every other entry points at the
+/// default handler.
 #[link_section = ".vector_table.interrupts"]
 #[no_mangle]
-static __INTERRUPTS: [unsafe extern "C" fn(); INTERRUPTS] = [DefaultHandler; INTERRUPTS];
+static __INTERRUPTS: [unsafe extern "C" fn(); INTERRUPTS] = {
+    let mut table: [unsafe extern "C" fn(); INTERRUPTS] = [DefaultHandler; INTERRUPTS];
+    table[Interrupt::Uart0Rx as usize] = uart0_rx;
+    table[Interrupt::Ethernet as usize] = ethernet_interrupt;
+    table
+};
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cfctl::agent::log::LogFormat;
-use cfctl::control::{AttachMode, CapacityChoice, MemoryCeiling, Sampling};
+use cfctl::control::{
+    AttachMode, AttachPoint, CapacityChoice, MemoryCeiling, Sampling, TrafficDirection,
+};
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
 use cfctl::sources::cli::SOURCE as CLI_SOURCE;
@@ -297,10 +299,40 @@ fn timeout(text: &str) -> Result<Duration, String> {
     cfctl::text::parse_duration(text, Duration::from_secs(1))
 }
 
-/// Parses how the program runs on an interface: `native` or `skb`.
+/// Parses how the XDP program runs on an interface: `native` or `skb`.
 fn attach_mode() -> impl TypedValueParser<Value = AttachMode> {
     PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name))
         .map(|name| AttachMode::from_name(&name).expect("one of the possible values"))
+}
+
+/// The hooks a program can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Hook {
+    /// The XDP hook: ingress only, before the kernel allocates anything;
+    /// the fastest, and one program per interface.
+    Xdp,
+    /// The TC hook (a tcx link, Linux 6.6 or later): ingress or egress,
+    /// shared with the other programs there.
+    Tc,
+}
+
+/// Which packets the program sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Direction {
+    /// Arriving packets, checked by source address (with `--match source`).
+    Ingress,
+    /// Leaving packets (TC hook only), checked by destination address:
+    /// the host cannot reach a listed address.
+    Egress,
+}
+
+impl From<Direction> for TrafficDirection {
+    fn from(direction: Direction) -> Self {
+        match direction {
+            Direction::Ingress => TrafficDirection::Ingress,
+            Direction::Egress => TrafficDirection::Egress,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -340,11 +372,19 @@ pub struct AttachArgs {
     /// Interfaces to attach to.
     #[arg(required = true, value_name = "IFACE")]
     pub interfaces: Vec<String>,
-    /// How the program runs: native (in the driver; fastest, the driver
-    /// must support XDP) or skb (in the generic network stack; any
-    /// interface).
-    #[arg(long, value_parser = attach_mode(), default_value = "native")]
-    pub mode: AttachMode,
+    /// The hook the program runs on.
+    #[arg(long, value_enum, default_value = "xdp")]
+    pub hook: Hook,
+    /// Which packets it checks; egress needs `--hook tc`. One list serves
+    /// both: a listed address can neither send to the host nor be reached
+    /// from it (`--match destination` turns both around).
+    #[arg(long, value_enum, default_value = "ingress")]
+    pub direction: Direction,
+    /// How the XDP program runs: native (in the driver; fastest, the
+    /// driver must support XDP) or skb (in the generic network stack; any
+    /// interface) [default: native]
+    #[arg(long, value_parser = attach_mode())]
+    pub mode: Option<AttachMode>,
     /// Keys the filter is sized for, fixed; or `auto`: sized for the
     /// store, growing and shrinking with it [stored; default auto]
     #[arg(long, value_name = "N|auto", value_parser = capacity_choice)]
@@ -379,6 +419,26 @@ pub struct AttachArgs {
         FilterSettings::default().malformed.name().to_owned(),
     ))]
     pub malformed: Option<MalformedAction>,
+}
+
+impl AttachArgs {
+    /// Where the program goes, from `--hook`, `--direction` and `--mode`.
+    pub fn attach_point(&self) -> Result<AttachPoint, String> {
+        match (self.hook, self.direction, self.mode) {
+            (Hook::Xdp, Direction::Ingress, mode) => {
+                Ok(AttachPoint::Xdp(mode.unwrap_or(AttachMode::Native)))
+            }
+            (Hook::Xdp, Direction::Egress, _) => Err(
+                "the XDP hook sees arriving packets only: attach with `--hook tc --direction \
+                 egress`"
+                    .to_owned(),
+            ),
+            (Hook::Tc, direction, None) => Ok(AttachPoint::Tc(direction.into())),
+            (Hook::Tc, _, Some(_)) => {
+                Err("--mode is the XDP hook's (native or skb); the TC hook has none".to_owned())
+            }
+        }
+    }
 }
 
 /// The help of an `attach` option whose value is stored, with its
@@ -436,6 +496,10 @@ pub struct DetachArgs {
     /// Detach from every interface.
     #[arg(long)]
     pub all: bool,
+    /// Detach only the program that checks these packets [default: both
+    /// directions]
+    #[arg(long, value_enum)]
+    pub direction: Option<Direction>,
     /// Keep the program and maps pinned when no interface is left.
     #[arg(long)]
     pub keep_state: bool,

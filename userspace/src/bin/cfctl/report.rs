@@ -4,16 +4,16 @@
 use std::io::Write;
 use std::path::Path;
 
-use filter_core::protocol::{Info, Stats};
+use filter_core::protocol::Info;
 use filter_core::AddressFamily;
 use ipnet::IpNet;
 
 use cfctl::agent::{self, status::AgentStatus};
-use cfctl::control::device::{DeviceDelete, DeviceImport};
+use cfctl::control::device::{DeviceDelete, DeviceImport, DeviceStats};
 use cfctl::control::sizing::{Sizing, HIGH_WATERMARK, LOW_WATERMARK};
 use cfctl::control::{
-    AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport, EntryRecord,
-    FilterUpdate, Status, TableSummary, VerifyReport, PREFILTER_BYTES,
+    AttachPoint, AttachReport, ChangeReport, CheckResult, Control, CounterRecord, DetachReport,
+    EntryRecord, FilterUpdate, Status, TableSummary, VerifyReport, PREFILTER_BYTES,
 };
 use cfctl::drops::report::DropReport;
 use cfctl::netlist::export_line;
@@ -266,7 +266,11 @@ pub fn status(full: &FullStatus) {
                     (true, false) => ", in another network namespace",
                     (true, true) => "",
                 };
-                format!("{} ({}{place})", link.interface, link.mode)
+                let point = match link.point {
+                    AttachPoint::Xdp(_) => link.mode,
+                    AttachPoint::Tc(_) => link.point.name(),
+                };
+                format!("{} ({point}{place})", link.interface)
             })
             .collect();
         println!("attached to  {}", interfaces.join(", "));
@@ -595,7 +599,8 @@ pub fn device_status(status: &DeviceStatus) {
     }
 }
 
-pub fn device_stats(stats: &Stats) {
+pub fn device_stats(device: &DeviceStats) {
+    let stats = &device.requests;
     for (name, value) in [
         ("requests", stats.requests),
         ("frame errors", stats.frame_errors),
@@ -608,6 +613,25 @@ pub fn device_stats(stats: &Stats) {
         ("replayed", stats.replayed),
     ] {
         println!("{name:<15} {}", thousands(u64::from(value)));
+    }
+    let traffic = &device.traffic;
+    println!("frames on the Ethernet port:");
+    for (name, count) in [
+        ("IPv4 passed", traffic.ipv4.passed),
+        ("IPv4 dropped", traffic.ipv4.dropped),
+        ("IPv4 malformed", traffic.ipv4.malformed),
+        ("IPv6 passed", traffic.ipv6.passed),
+        ("IPv6 dropped", traffic.ipv6.dropped),
+        ("IPv6 malformed", traffic.ipv6.malformed),
+        ("not IP", traffic.non_ip),
+        ("malformed", traffic.malformed),
+        ("not bridged", traffic.ignored),
+    ] {
+        println!(
+            "  {name:<15} {} frames, {} bytes",
+            thousands(count.frames),
+            thousands(count.bytes)
+        );
     }
 }
 

@@ -40,14 +40,15 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
         _ => {}
     }
     require_privileges(match command {
-        Command::Attach(_) => "attach XDP programs",
-        Command::Detach(_) => "detach XDP programs",
-        Command::Resize(_) => "load a resized XDP program",
+        Command::Attach(_) => "attach BPF programs",
+        Command::Detach(_) => "detach BPF programs",
+        Command::Resize(_) => "load a resized BPF program",
         _ => "use the pinned blocklist and its store",
     })?;
     if let Command::Detach(args) = command {
         let interfaces = (!args.all).then_some(args.interfaces.as_slice());
-        let report = attach::detach(&global.pin_dir, interfaces, args.keep_state)?;
+        let direction = args.direction.map(Into::into);
+        let report = attach::detach(&global.pin_dir, interfaces, direction, args.keep_state)?;
         return print(global, &report, report::detach);
     }
     let store_use = match command {
@@ -181,7 +182,8 @@ fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> a
         malformed: args.malformed,
         max_memory: args.max_memory,
     };
-    let report = control.attach(&args.interfaces, args.mode, options)?;
+    let point = args.attach_point().map_err(anyhow::Error::msg)?;
+    let report = control.attach(&args.interfaces, point, options)?;
     print(global, &report, report::attach)
 }
 

@@ -1,0 +1,454 @@
+//! The blocklist on the TC hook (tcx links): real traffic through a veth
+//! whose peer end is in a namespace the test creates, on ingress and on
+//! egress, beside other programs on the same hook and beside an XDP
+//! program that holds the interface's XDP hook; the TC programs' verdicts
+//! on exact frames (BPF_PROG_TEST_RUN) against the XDP program's; and a
+//! resize under traffic from a listed source, which never gets through.
+//! Only 198.18.0.0/15 and 2001:db8::/32 addresses are used; namespaces,
+//! links and pins are removed by guards even when a test fails. Needs
+//! root, iproute2 and ping.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cfctl::plan::{KeyPlan, PlanLimits};
+use cfctl::xdp::program::detach_pinned;
+use cfctl::xdp::test_run::{TcAction, XdpAction};
+use cfctl::xdp::{AttachMode, AttachPoint, FilterProgram, LoadOptions, TrafficDirection};
+use cfctl::{Family, FilterShape, Outcome, Setting};
+use common::cli::Cfctl;
+use common::netns::{
+    check_traffic, ensure_bpffs, receive_until_marker, PinDir, TestNetwork, DATAGRAMS, PINGS, PORT,
+};
+use common::{blocklist_with, net, require_root, udp_frame, Tags};
+
+const INGRESS: AttachPoint = AttachPoint::Tc(TrafficDirection::Ingress);
+
+/// A loaded blocklist listing `entries`.
+fn listing(entries: &[IpAddr]) -> FilterProgram {
+    require_root();
+    let options =
+        LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter");
+    let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist programs");
+    let nets = entries
+        .iter()
+        .map(|&address| net(address, host_bits(address)));
+    let plan = KeyPlan::build(nets, PlanLimits::default()).expect("a plan");
+    blocklist.live().install(&plan).expect("filling the filter");
+    blocklist
+}
+
+fn host_bits(address: IpAddr) -> u8 {
+    if address.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+/// A pin directory of its own for this test.
+fn pin_dir(name: &str) -> PinDir {
+    ensure_bpffs();
+    let pins = PinDir(PathBuf::from(format!(
+        "/sys/fs/bpf/cftc-test-{}-{name}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&pins.0).expect("creating the pin directory");
+    pins
+}
+
+fn counted(blocklist: &FilterProgram, outcome: Outcome, family: Family) -> u64 {
+    blocklist
+        .maps()
+        .counters()
+        .expect("reading counters")
+        .get(outcome, family)
+        .packets
+}
+
+#[test]
+fn tc_ingress_drops_listed_sources_and_its_link_outlives_the_loader() {
+    let network = TestNetwork::new(192);
+    let pins = pin_dir("ingress");
+    let link = pins.0.join("link");
+    let mut blocklist = listing(&[network.v4(3), network.v6(3)]);
+    blocklist
+        .attach_pinned(&network.host_link, network.host_index(), INGRESS, &link)
+        .expect("attaching to TC ingress");
+    check_traffic(&network, true);
+    for family in [Family::Ipv4, Family::Ipv6] {
+        assert_eq!(
+            counted(&blocklist, Outcome::Dropped, family),
+            DATAGRAMS + PINGS,
+            "{family:?} packets dropped on TC ingress"
+        );
+    }
+    drop(blocklist);
+    check_traffic(&network, true);
+    // Another program takes the tcx link over in one step, as a resize
+    // does: it lists nothing.
+    listing(&[])
+        .take_over_pinned_link(&link, INGRESS)
+        .expect("taking over the tcx link");
+    check_traffic(&network, false);
+    detach_pinned(&link).expect("detaching the tcx link");
+    check_traffic(&network, false);
+}
+
+#[test]
+fn tc_ingress_hands_what_it_passes_to_the_programs_after_it() {
+    let network = TestNetwork::new(193);
+    let pins = pin_dir("chain");
+    let (listing_link, passing_link) = (pins.0.join("listing"), pins.0.join("passing"));
+    let (host, index) = (network.host_link.as_str(), network.host_index());
+    let mut listing_blocklist = listing(&[network.v4(3), network.v6(3)]);
+    let mut passing_blocklist = listing(&[]);
+    listing_blocklist
+        .attach_pinned(host, index, INGRESS, &listing_link)
+        .expect("attaching the listing blocklist");
+    // Attached second, it runs first, and passes every packet on.
+    passing_blocklist
+        .attach_pinned(host, index, INGRESS, &passing_link)
+        .expect("attaching the passing blocklist");
+    check_traffic(&network, true);
+    assert_eq!(
+        counted(&listing_blocklist, Outcome::Dropped, Family::Ipv4),
+        DATAGRAMS + PINGS,
+        "IPv4 packets dropped by the program second in the chain"
+    );
+    // Only the test sends IPv4 (the neighbours are static): every packet
+    // the first program passed reached the second.
+    let seen_second = counted(&listing_blocklist, Outcome::Passed, Family::Ipv4)
+        + counted(&listing_blocklist, Outcome::Dropped, Family::Ipv4);
+    assert_eq!(
+        counted(&passing_blocklist, Outcome::Passed, Family::Ipv4),
+        seen_second,
+        "IPv4 packets passed by the first program and seen by the second"
+    );
+    assert_eq!(
+        counted(&passing_blocklist, Outcome::Dropped, Family::Ipv4),
+        0
+    );
+    // Either program detaches alone; the other runs on.
+    detach_pinned(&listing_link).expect("detaching the listing blocklist");
+    check_traffic(&network, false);
+    listing_blocklist
+        .attach_pinned(host, index, INGRESS, &listing_link)
+        .expect("attaching the listing blocklist again");
+    detach_pinned(&passing_link).expect("detaching the passing blocklist");
+    let passed_before = counted(&passing_blocklist, Outcome::Passed, Family::Ipv4);
+    check_traffic(&network, true);
+    assert_eq!(
+        counted(&passing_blocklist, Outcome::Passed, Family::Ipv4),
+        passed_before,
+        "the detached program saw no more packets"
+    );
+    detach_pinned(&listing_link).expect("detaching the listing blocklist");
+}
+
+#[test]
+fn tc_programs_decide_exact_frames_as_the_xdp_program_does() {
+    let listed = [
+        IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)),
+        "2001:db8::10".parse().expect("an IPv6 address"),
+    ];
+    let blocklist = blocklist_with(&listed.map(|address| net(address, host_bits(address))));
+    let unlisted: [IpAddr; 2] = [
+        IpAddr::V4(Ipv4Addr::new(198, 18, 0, 11)),
+        "2001:db8::11".parse().expect("an IPv6 address"),
+    ];
+    let mut frames = Vec::new();
+    for source in listed.into_iter().chain(unlisted) {
+        for tags in [Tags::None, Tags::One, Tags::Two] {
+            frames.push(udp_frame(source, tags));
+        }
+    }
+    // Cut inside the IP header behind a tag (malformed: dropped by
+    // default; the kernel refuses to test-run a TC program on an untagged
+    // IP frame cut short), and an ARP-like frame (not IP: passed).
+    let mut cut = udp_frame(listed[0], Tags::One);
+    cut.truncate(14 + 4 + 10);
+    frames.push(cut);
+    let mut arp = udp_frame(unlisted[0], Tags::None);
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    frames.push(arp);
+    for frame in &frames {
+        let before = blocklist.maps().counters().expect("counters");
+        let xdp = blocklist.test_run(frame, 1).expect("XDP test run").action;
+        let after_xdp = blocklist.maps().counters().expect("counters");
+        let tc = blocklist
+            .test_run_tc(TrafficDirection::Ingress, frame, 1)
+            .expect("TC test run")
+            .action;
+        let after_tc = blocklist.maps().counters().expect("counters");
+        let expected = match xdp {
+            XdpAction::Drop => TcAction::Drop,
+            XdpAction::Pass => TcAction::Next,
+            other => panic!("XDP verdict {other:?}"),
+        };
+        assert_eq!(tc, expected, "TC ingress verdict for {frame:02x?}");
+        for &outcome in Outcome::ALL {
+            for &family in Family::ALL {
+                let xdp_counted =
+                    after_xdp.get(outcome, family).packets - before.get(outcome, family).packets;
+                let tc_counted =
+                    after_tc.get(outcome, family).packets - after_xdp.get(outcome, family).packets;
+                assert_eq!(
+                    xdp_counted, tc_counted,
+                    "{outcome:?}/{family:?} counted by XDP and by TC for {frame:02x?}"
+                );
+            }
+        }
+    }
+    // On egress the program matches destinations: a frame to a listed
+    // address is dropped, one from it passes on.
+    for (listed, unlisted) in listed.into_iter().zip(unlisted) {
+        let mut to_listed = udp_frame(unlisted, Tags::None);
+        let mut from_listed = udp_frame(listed, Tags::None);
+        let (source, destination) = if listed.is_ipv4() {
+            (14 + 12..14 + 16, 14 + 16..14 + 20)
+        } else {
+            (14 + 8..14 + 24, 14 + 24..14 + 40)
+        };
+        let listed_source = to_listed[source.clone()].to_vec();
+        to_listed[destination.clone()].copy_from_slice(&from_listed[source.clone()]);
+        from_listed[destination].copy_from_slice(&listed_source);
+        for (frame, action) in [(to_listed, TcAction::Drop), (from_listed, TcAction::Next)] {
+            let run = blocklist
+                .test_run_tc(TrafficDirection::Egress, &frame, 1)
+                .expect("TC test run");
+            assert_eq!(run.action, action, "TC egress verdict for {frame:02x?}");
+        }
+    }
+}
+
+/// Sockets made inside the test network's namespace (a socket stays in
+/// the namespace it was made in, whichever thread uses it).
+struct PeerSockets {
+    /// Dual-stack: IPv4 and IPv6 datagrams.
+    udp: UdpSocket,
+    /// Listening on every address; the kernel completes handshakes into
+    /// its backlog, so nothing needs to accept.
+    _tcp: TcpListener,
+}
+
+fn peer_sockets(network: &TestNetwork) -> PeerSockets {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                network.enter();
+                PeerSockets {
+                    udp: UdpSocket::bind(("::", PORT)).expect("binding UDP"),
+                    _tcp: TcpListener::bind(("::", PORT)).expect("listening on TCP"),
+                }
+            })
+            .join()
+            .expect("making the peer's sockets")
+    })
+}
+
+/// UDP from the host to the listed (.3) and unlisted (.2) peers of each
+/// family, and a TCP connect to each: what reaches a listed peer is as
+/// `listed_blocked` says, the unlisted ones always.
+fn check_outgoing(network: &TestNetwork, peer: &PeerSockets, listed_blocked: bool) {
+    let sender = UdpSocket::bind(("::", 0)).expect("binding the sender");
+    for (listed, unlisted) in [
+        (network.v4(3), network.v4(2)),
+        (network.v6(3), network.v6(2)),
+    ] {
+        let (listed, unlisted) = (
+            SocketAddr::new(mapped(listed), PORT),
+            SocketAddr::new(mapped(unlisted), PORT),
+        );
+        for _ in 0..DATAGRAMS {
+            send(&sender, b"listed", listed);
+            send(&sender, b"unlisted", unlisted);
+        }
+        send(&sender, b"marker", unlisted);
+        let expected_listed = if listed_blocked { 0 } else { DATAGRAMS };
+        assert_eq!(
+            receive_until_marker(&peer.udp),
+            (expected_listed, DATAGRAMS),
+            "UDP to {listed} and {unlisted}: (listed, unlisted) received"
+        );
+        TcpStream::connect_timeout(
+            &SocketAddr::new(unlisted.ip(), PORT),
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|error| panic!("TCP connect to unlisted {unlisted}: {error}"));
+        // A SYN dropped on the way out is never answered: the connect
+        // times out (a connect that goes through fails the test at once).
+        let connect =
+            TcpStream::connect_timeout(&SocketAddr::new(listed.ip(), PORT), Duration::from_secs(1));
+        match (connect, listed_blocked) {
+            (Err(error), true) => assert_eq!(error.kind(), ErrorKind::TimedOut, "{error}"),
+            (Ok(_), false) => {}
+            (connect, _) => panic!("TCP connect to listed {listed}: {connect:?}"),
+        }
+    }
+}
+
+/// An IPv4 address as the IPv4-mapped IPv6 one a dual-stack socket sends
+/// to.
+fn mapped(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        v6 => v6,
+    }
+}
+
+fn send(socket: &UdpSocket, payload: &[u8], to: SocketAddr) {
+    socket
+        .send_to(payload, to)
+        .unwrap_or_else(|error| panic!("sending to {to}: {error}"));
+}
+
+#[test]
+fn egress_keeps_the_host_from_reaching_listed_addresses() {
+    let network = TestNetwork::new(194);
+    let cfctl = Cfctl::new("tc-egress");
+    let host = network.host_link.as_str();
+    let peer = peer_sockets(&network);
+    check_outgoing(&network, &peer, false);
+    cfctl.ok(&["attach", host, "--hook", "tc", "--direction", "egress"]);
+    cfctl.ok(&[
+        "add",
+        &network.v4(3).to_string(),
+        &network.v6(3).to_string(),
+    ]);
+    check_outgoing(&network, &peer, true);
+    // Pings from a listed peer arrive, and their replies are dropped.
+    assert!(
+        !network.ping(network.v4(3), network.v4(1)),
+        "ping from listed answered"
+    );
+    assert!(
+        network.ping(network.v4(2), network.v4(1)),
+        "ping from unlisted answered"
+    );
+    let status = cfctl.json(&["status", "--json"]);
+    let link = &status["interfaces"][0];
+    assert_eq!(
+        (&link["hook"], &link["direction"], &link["mode"]),
+        (&"tc".into(), &"egress".into(), &"tcx".into()),
+        "{status}"
+    );
+    assert!(cfctl
+        .ok(&["status"])
+        .contains(&format!("attached to  {host} (tc-egress)\n")));
+
+    // The same list on ingress too, beside egress.
+    cfctl.ok(&["attach", host, "--hook", "tc"]);
+    check_traffic(&network, true);
+    let links: Vec<_> = cfctl.json(&["status", "--json"])["interfaces"]
+        .as_array()
+        .expect("the links")
+        .iter()
+        .map(|link| link["direction"].as_str().expect("a direction").to_owned())
+        .collect();
+    assert_eq!(links, ["egress", "ingress"]);
+    // An ingress link elsewhere is refused while there is one.
+    let refused = cfctl.fails(&["attach", host, "--mode", "skb"]);
+    assert!(
+        refused.contains("already has the blocklist on ingress (tc tcx)"),
+        "{refused}"
+    );
+
+    // A resize takes both links over while a listed peer sends.
+    resize_under_traffic(&network, &cfctl);
+    check_outgoing(&network, &peer, true);
+
+    // (While ingress is checked, a listed peer's answers are dropped
+    // there: a TCP connect to it fails on either link.)
+    cfctl.ok(&["detach", host, "--direction", "ingress"]);
+    let receiver = UdpSocket::bind((network.v4(1), PORT)).expect("binding the receiver");
+    let destination = receiver.local_addr().expect("the receiver's address");
+    network.send_udp(network.v4(3), destination, b"listed", DATAGRAMS);
+    network.send_udp(network.v4(2), destination, b"marker", 1);
+    assert_eq!(
+        receive_until_marker(&receiver),
+        (DATAGRAMS, 0),
+        "datagrams from the listed peer arrive with egress checked only"
+    );
+    check_outgoing(&network, &peer, true);
+    cfctl.ok(&["detach", host]);
+    check_outgoing(&network, &peer, false);
+    assert!(
+        !cfctl.pin_dir().exists(),
+        "the pins removed with the last link"
+    );
+}
+
+/// `cfctl resize` while the listed peer (.3) sends datagrams to the host
+/// (at most 20,000, until the resize is done); none of them arrives, and
+/// those the unlisted peer sends after it do.
+fn resize_under_traffic(network: &TestNetwork, cfctl: &Cfctl) {
+    let receiver = UdpSocket::bind((network.v4(1), PORT + 1)).expect("binding the receiver");
+    let destination = receiver.local_addr().expect("the receiver's address");
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            network.enter();
+            let socket = UdpSocket::bind((network.v4(3), 0)).expect("binding the listed peer");
+            for _ in 0..20_000 {
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                send(&socket, b"listed", destination);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let resized = cfctl.run(&["resize", "--capacity", "5000"]);
+        done.store(true, Ordering::SeqCst);
+        assert!(resized.status.success(), "resize: {resized:?}");
+    });
+    network.send_udp(network.v4(2), destination, b"marker", 1);
+    assert_eq!(
+        receive_until_marker(&receiver),
+        (0, 0),
+        "datagrams from the listed peer that got through during the resize"
+    );
+}
+
+#[test]
+fn the_tc_hook_runs_beside_a_program_that_holds_the_xdp_hook() {
+    let network = TestNetwork::new(195);
+    // Another XDP program holds the hook (here a blocklist listing
+    // nothing, attached without a link, as `ip link set xdp` does).
+    let mut other = listing(&[]);
+    let _held = other
+        .attach(network.host_index(), AttachMode::Skb)
+        .expect("attaching the other XDP program");
+    let cfctl = Cfctl::new("tc-beside-xdp");
+    let host = network.host_link.as_str();
+    let refused = cfctl.fails(&["attach", host, "--mode", "skb"]);
+    assert!(refused.contains("attach with `--hook tc`"), "{refused}");
+    cfctl.ok(&["attach", host, "--hook", "tc"]);
+    cfctl.ok(&[
+        "add",
+        &network.v4(3).to_string(),
+        &network.v6(3).to_string(),
+    ]);
+    check_traffic(&network, true);
+    assert_eq!(
+        counted(&other, Outcome::Dropped, Family::Ipv4),
+        0,
+        "the XDP program dropped nothing"
+    );
+    assert!(
+        counted(&other, Outcome::Passed, Family::Ipv4) >= 2 * (DATAGRAMS + PINGS),
+        "the XDP program saw the traffic before the TC hook"
+    );
+    let refused = cfctl.fails(&["attach", host, "--direction", "egress"]);
+    assert!(
+        refused.contains("--hook tc --direction egress"),
+        "{refused}"
+    );
+    cfctl.ok(&["detach", host]);
+    check_traffic(&network, false);
+}
