@@ -13,8 +13,9 @@ pub const MAX_MESSAGE_LEN: usize = 1024;
 /// Longest frame on the wire, without its delimiter.
 pub const MAX_FRAME_LEN: usize = cobs::max_encoding_length(MAX_MESSAGE_LEN);
 /// Longest response frame, with its delimiter: a device needs no bigger
-/// transmit buffer.
-pub const MAX_RESPONSE_FRAME_LEN: usize = 128;
+/// transmit buffer. The largest is [`Response::Traffic`](super::Response::Traffic)
+/// with every counter at its maximum (a protocol test checks it).
+pub const MAX_RESPONSE_FRAME_LEN: usize = 256;
 
 const CRC_LEN: usize = 4;
 
