@@ -214,7 +214,7 @@ fn run_tc<F: Fingerprint, const S: usize>(
         let _ = ctx.pull_data(len.min(MAX_PARSED_BYTES) as u32);
     }
     if run(ctx, tables, direction) {
-        TC_ACT_SHOT as i32
+        TC_ACT_SHOT
     } else {
         TC_ACT_UNSPEC
     }
