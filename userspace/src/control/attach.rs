@@ -72,14 +72,14 @@ impl Control {
         let loaded = match self.live() {
             Ok(Some((live, same_store))) => {
                 check_capacity(settings.capacity, settings.shape)?;
-                let seed = live.seed();
-                self.refill(live, same_store, &stored, &mut settings, &plan, options)?;
-                // Pinned by a cfctl without this hook's program: a new
-                // program with every hook's takes over the links.
-                if !self.pins.has_program_for(point) {
-                    settings.seed = seed;
-                    self.install_program(&settings, &plan, None)?;
-                }
+                let refill = Refill {
+                    own: same_store,
+                    stored: &stored,
+                    plan: &plan,
+                    options,
+                    point,
+                };
+                self.refill(live, &mut settings, refill)?;
                 false
             }
             Ok(None) => {
@@ -160,21 +160,22 @@ impl Control {
 
     /// Rebuilds the filter of the pinned program from the store, after
     /// checking that it is this store's filter (or `--force`) and that an
-    /// empty store does not silently empty a filter that holds keys.
+    /// empty store does not silently empty a filter that holds keys. A pin
+    /// directory without the program for the attach point (pinned by a
+    /// cfctl without that hook) gets a new program with every hook's
+    /// instead, built from the store, which takes over the links and goes
+    /// on with the old one's counts.
     fn refill(
         &self,
         mut live: LiveFilter,
-        own: bool,
-        stored: &FilterSettings,
         settings: &mut FilterSettings,
-        plan: &KeyPlan,
-        options: AttachOptions,
+        refill: Refill<'_>,
     ) -> Result<()> {
-        check_compatible(&live, stored, options)?;
-        if !own && !self.force {
+        check_compatible(&live, refill.stored, refill.options)?;
+        if !refill.own && !self.force {
             return Err(self.other_store());
         }
-        if plan.key_count() == 0 && !self.force {
+        if refill.plan.key_count() == 0 && !self.force {
             let keys = live.summary()?.fingerprints;
             if keys > 0 {
                 return Err(ControlError::EmptyStore {
@@ -185,8 +186,12 @@ impl Control {
             }
         }
         settings.seed = live.seed();
+        if !self.pins.has_program_for(refill.point) {
+            self.install_program(settings, refill.plan, Some(live.maps().shared()?))?;
+            return Ok(());
+        }
         live.begin_update();
-        live.install(plan)
+        live.install(refill.plan)
             .map_err(|error| WayOut::Resize.explain(error))?;
         self.apply_live_settings(&mut live, settings)?;
         live.end_update();
@@ -300,6 +305,19 @@ impl Control {
         }
         self.save_settings(&settings)
     }
+}
+
+/// What an attach to a pinned program refills it for.
+struct Refill<'a> {
+    /// Whether the pinned filter was built from this store.
+    own: bool,
+    /// The settings as stored before this attach.
+    stored: &'a FilterSettings,
+    /// The store's keys.
+    plan: &'a KeyPlan,
+    options: AttachOptions,
+    /// Where the attach puts the program.
+    point: AttachPoint,
 }
 
 /// Detaches from `interfaces` (every interface if `None`), in `direction`

@@ -15,7 +15,7 @@ use std::path::Path;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
 use aya::programs::xdp::XdpLink;
-use aya::programs::{LinkOrder, SchedClassifier, TcAttachType, Xdp};
+use aya::programs::{LinkOrder, Program, ProgramError, SchedClassifier, TcAttachType, Xdp};
 use aya::{Ebpf, EbpfLoader};
 use aya_obj::programs::XdpAttachType;
 use cfxdp::prefilter::Prefilter;
@@ -135,12 +135,12 @@ impl FilterProgram {
         let mut ebpf = loader.load(CFXDP_OBJECT)?;
         drop(bpffs);
         let name = options.shape.program();
-        xdp_mut(&mut ebpf, name)?
+        program_mut::<Xdp>(&mut ebpf, name)?
             .load()
             .map_err(|source| XdpError::Program { name, source })?;
         for direction in TC_DIRECTIONS {
             let name = options.shape.tc_program(direction);
-            tc_mut(&mut ebpf, name)?
+            program_mut::<SchedClassifier>(&mut ebpf, name)?
                 .load()
                 .map_err(|source| XdpError::Program { name, source })?;
         }
@@ -175,7 +175,7 @@ impl FilterProgram {
     }
 
     fn program(&mut self) -> Result<&mut Xdp> {
-        xdp_mut(&mut self.ebpf, self.shape.program())
+        program_mut::<Xdp>(&mut self.ebpf, self.shape.program())
     }
 
     /// Attaches the program to interface `if_index`; the attachment lasts
@@ -216,7 +216,12 @@ impl FilterProgram {
             }
             AttachPoint::Tc(direction) => {
                 let name = self.shape.tc_program(direction);
-                attach_tc(tc_mut(&mut self.ebpf, name)?, name, interface, direction)?
+                attach_tc(
+                    program_mut::<SchedClassifier>(&mut self.ebpf, name)?,
+                    name,
+                    interface,
+                    direction,
+                )?
             }
         };
         pin_link(link, link_path)
@@ -243,7 +248,7 @@ impl FilterProgram {
             AttachPoint::Tc(direction) => {
                 let name = self.shape.tc_program(direction);
                 let program_error = |source| XdpError::Program { name, source };
-                let program = tc_mut(&mut self.ebpf, name)?;
+                let program = program_mut::<SchedClassifier>(&mut self.ebpf, name)?;
                 let link_id = program
                     .attach_to_link(SchedClassifierLink::try_from(link)?)
                     .map_err(program_error)?;
@@ -263,7 +268,7 @@ impl FilterProgram {
             .map_err(|source| XdpError::Pin { path, source })?;
         for direction in TC_DIRECTIONS {
             let path = dir.join(pinned_program(AttachPoint::Tc(direction)));
-            tc_mut(&mut self.ebpf, self.shape.tc_program(direction))?
+            program_mut::<SchedClassifier>(&mut self.ebpf, self.shape.tc_program(direction))?
                 .pin(&path)
                 .map_err(|source| XdpError::Pin { path, source })?;
         }
@@ -394,14 +399,11 @@ pub fn detach_pinned(link_path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn xdp_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp> {
-    ebpf.program_mut(name)
-        .ok_or(XdpError::MissingProgram(name))?
-        .try_into()
-        .map_err(|source| XdpError::Program { name, source })
-}
-
-fn tc_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier> {
+/// The loaded object's program `name`, as the program type `P`.
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P>
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
     ebpf.program_mut(name)
         .ok_or(XdpError::MissingProgram(name))?
         .try_into()
