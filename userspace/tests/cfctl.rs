@@ -43,18 +43,6 @@ fn path_arg(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 path")
 }
 
-/// Packets of `outcome`/`family` in `cfctl stats --json`.
-fn packets(cfctl: &Cfctl, outcome: &str, family: &str) -> u64 {
-    let stats = cfctl.json(&["stats"]);
-    stats
-        .as_array()
-        .expect("a list of counters")
-        .iter()
-        .find(|counter| counter["outcome"] == outcome && counter["family"] == family)
-        .and_then(|counter| counter["packets"].as_u64())
-        .expect("the counter")
-}
-
 fn entry_count(cfctl: &Cfctl) -> u64 {
     cfctl.json(&["status"])["entries"]
         .as_u64()
@@ -89,7 +77,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
     check_traffic(&network, true);
     for family in ["ipv4", "ipv6"] {
         assert_eq!(
-            packets(&cfctl, "dropped", family),
+            cfctl.packets("dropped", family),
             DATAGRAMS + PINGS,
             "{family} packets dropped"
         );
@@ -108,7 +96,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
     cfctl.ok(&["verify"]);
     for family in ["ipv4", "ipv6"] {
         assert_eq!(
-            packets(&cfctl, "dropped", family),
+            cfctl.packets("dropped", family),
             DATAGRAMS + PINGS,
             "{family} packets dropped before the resize"
         );
@@ -116,7 +104,7 @@ fn shared_lists_real_traffic_second_process_updates_and_reattach() {
     check_traffic(&network, true);
     for family in ["ipv4", "ipv6"] {
         assert_eq!(
-            packets(&cfctl, "dropped", family),
+            cfctl.packets("dropped", family),
             2 * (DATAGRAMS + PINGS),
             "{family} packets dropped before and after the resize"
         );

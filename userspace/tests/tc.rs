@@ -453,18 +453,6 @@ fn the_tc_hook_runs_beside_a_program_that_holds_the_xdp_hook() {
     check_traffic(&network, false);
 }
 
-/// IPv4 packets dropped, from `cfctl stats --json`.
-fn ipv4_dropped(cfctl: &Cfctl) -> u64 {
-    cfctl
-        .json(&["stats"])
-        .as_array()
-        .expect("a list of counters")
-        .iter()
-        .find(|counter| counter["outcome"] == "dropped" && counter["family"] == "ipv4")
-        .and_then(|counter| counter["packets"].as_u64())
-        .expect("the counter")
-}
-
 #[test]
 fn a_tc_attach_to_a_blocklist_pinned_without_tc_programs_loads_them_and_keeps_counting() {
     let network = TestNetwork::new(198);
@@ -477,7 +465,7 @@ fn a_tc_attach_to_a_blocklist_pinned_without_tc_programs_loads_them_and_keeps_co
         &network.v6(3).to_string(),
     ]);
     check_traffic(&network, true);
-    let dropped = ipv4_dropped(&cfctl);
+    let dropped = cfctl.packets("dropped", "ipv4");
     assert_eq!(dropped, DATAGRAMS + PINGS);
     // As a cfctl without the TC hook pinned it.
     for name in ["program-tc-ingress", "program-tc-egress"] {
@@ -489,7 +477,10 @@ fn a_tc_attach_to_a_blocklist_pinned_without_tc_programs_loads_them_and_keeps_co
     }
     // The XDP link moved to the new program, which counts on.
     check_traffic(&network, true);
-    assert_eq!(ipv4_dropped(&cfctl), dropped + DATAGRAMS + PINGS);
+    assert_eq!(
+        cfctl.packets("dropped", "ipv4"),
+        dropped + DATAGRAMS + PINGS
+    );
     cfctl.ok(&["detach", host]);
     check_traffic(&network, false);
 }

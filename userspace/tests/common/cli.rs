@@ -103,6 +103,17 @@ impl Cfctl {
         }
     }
 
+    /// Packets of `outcome`/`family` in `cfctl stats --json`.
+    pub fn packets(&self, outcome: &str, family: &str) -> u64 {
+        self.json(&["stats"])
+            .as_array()
+            .expect("a list of counters")
+            .iter()
+            .find(|counter| counter["outcome"] == outcome && counter["family"] == family)
+            .and_then(|counter| counter["packets"].as_u64())
+            .expect("the counter")
+    }
+
     pub fn state_dir(&self) -> &Path {
         self.state.path()
     }
