@@ -470,7 +470,7 @@ impl<'a> DiverseTraffic<'a> {
             .shape()
             .tc_program(TrafficDirection::Ingress);
         let cost = program_id(name).and_then(|id| self.link.cost(id, &self.frames));
-        detach_pinned(&link)?;
+        detach_pinned(&link, point)?;
         cost
     }
 }

@@ -1,12 +1,14 @@
-//! The blocklist on the TC hook (tcx links): real traffic through a veth
+//! The blocklist on the TC hook (tcx links, and clsact filters as on
+//! kernels without them): real traffic through a veth
 //! whose peer end is in a namespace the test creates, on ingress and on
 //! egress, beside other programs on the same hook and beside an XDP
-//! program that holds the interface's XDP hook; the TC programs' verdicts
+//! program that holds the interface's XDP hook (one of ours, and
+//! xdp-tools' xdp-filter); the TC programs' verdicts
 //! on exact frames (BPF_PROG_TEST_RUN) against the XDP program's; and a
 //! resize under traffic from a listed source, which never gets through.
 //! Only 198.18.0.0/15 and 2001:db8::/32 addresses are used; namespaces,
 //! links and pins are removed by guards even when a test fails. Needs
-//! root, iproute2 and ping.
+//! root, iproute2, ping and xdp-tools.
 
 mod common;
 
@@ -29,11 +31,13 @@ use common::{blocklist_with, net, require_root, udp_frame, Tags};
 
 const INGRESS: AttachPoint = AttachPoint::Tc(TrafficDirection::Ingress);
 
+/// The shape of [`listing`]'s filter.
+const LISTING_SHAPE: FilterShape = FilterShape::Fingerprint16;
+
 /// A loaded blocklist listing `entries`.
 fn listing(entries: &[IpAddr]) -> FilterProgram {
     require_root();
-    let options =
-        LoadOptions::for_capacity(FilterShape::Fingerprint16, 1000).expect("a small filter");
+    let options = LoadOptions::for_capacity(LISTING_SHAPE, 1000).expect("a small filter");
     let mut blocklist = FilterProgram::load(&options).expect("loading the blocklist programs");
     let nets = entries
         .iter()
@@ -96,7 +100,7 @@ fn tc_ingress_drops_listed_sources_and_its_link_outlives_the_loader() {
         .take_over_pinned_link(&link, INGRESS)
         .expect("taking over the tcx link");
     check_traffic(&network, false);
-    detach_pinned(&link).expect("detaching the tcx link");
+    detach_pinned(&link, INGRESS).expect("detaching the tcx link");
     check_traffic(&network, false);
 }
 
@@ -135,12 +139,12 @@ fn tc_ingress_hands_what_it_passes_to_the_programs_after_it() {
         0
     );
     // Either program detaches alone; the other runs on.
-    detach_pinned(&listing_link).expect("detaching the listing blocklist");
+    detach_pinned(&listing_link, INGRESS).expect("detaching the listing blocklist");
     check_traffic(&network, false);
     listing_blocklist
         .attach_pinned(host, index, INGRESS, &listing_link)
         .expect("attaching the listing blocklist again");
-    detach_pinned(&passing_link).expect("detaching the passing blocklist");
+    detach_pinned(&passing_link, INGRESS).expect("detaching the passing blocklist");
     let passed_before = counted(&passing_blocklist, Outcome::Passed, Family::Ipv4);
     check_traffic(&network, true);
     assert_eq!(
@@ -148,7 +152,7 @@ fn tc_ingress_hands_what_it_passes_to_the_programs_after_it() {
         passed_before,
         "the detached program saw no more packets"
     );
-    detach_pinned(&listing_link).expect("detaching the listing blocklist");
+    detach_pinned(&listing_link, INGRESS).expect("detaching the listing blocklist");
 }
 
 #[test]
@@ -310,12 +314,76 @@ fn send(socket: &UdpSocket, payload: &[u8], to: SocketAddr) {
 
 #[test]
 fn egress_keeps_the_host_from_reaching_listed_addresses() {
-    let network = TestNetwork::new(194);
-    let cfctl = Cfctl::new("tc-egress");
+    both_directions_on_the_tc_hook(194, "tcx");
+}
+
+#[test]
+fn a_clsact_filter_serves_both_directions_as_a_tcx_link_does() {
+    both_directions_on_the_tc_hook(200, "clsact");
+}
+
+/// The filters cfctl put on the host end's clsact qdisc, as `tc filter
+/// show` lists them.
+fn clsact_filters(network: &TestNetwork, direction: &str) -> String {
+    let output = std::process::Command::new("tc")
+        .args(["filter", "show", "dev", &network.host_link, direction])
+        .output()
+        .expect("running tc (iproute2)");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains("handle 0xcfc1"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A filter after cfctl's on the clsact qdisc's ingress chain (a blocklist
+/// listing the unlisted peer .2, added with `tc filter ... pinned`) drops
+/// that peer's pings, which cfctl's filter passes on to it.
+fn filters_after_cfctls_see_what_it_passes(network: &TestNetwork) {
+    let host = network.host_link.as_str();
+    let mut after = listing(&[network.v4(2)]);
+    let pins = pin_dir("after-cfctl");
+    after.pin(&pins.0).expect("pinning the second blocklist");
+    let program = pins.0.join("program-tc-ingress");
+    let tc = |args: &[&str]| {
+        let status = std::process::Command::new("tc")
+            .args(args)
+            .status()
+            .expect("running tc (iproute2)");
+        assert!(status.success(), "tc {}: {status}", args.join(" "));
+    };
+    let program = program.to_str().expect("a UTF-8 path");
+    tc(&[
+        "filter", "add", "dev", host, "ingress", "pref", "2", "bpf", "da", "pinned", program,
+    ]);
+    let answered = network.ping(network.v4(2), network.v4(1));
+    tc(&["filter", "del", "dev", host, "ingress", "pref", "2"]);
+    assert!(
+        !answered,
+        "the filter after cfctl's saw the unlisted peer's pings"
+    );
+    assert!(
+        network.ping(network.v4(2), network.v4(1)),
+        "ping from unlisted answered without the filter after cfctl's"
+    );
+}
+
+/// Egress, then ingress beside it, on the TC hook attached in `mode`
+/// (`tcx` or `clsact`), through cfctl: what each direction drops, status,
+/// a refused XDP attach, a resize under traffic, detaching one direction
+/// and then the other.
+fn both_directions_on_the_tc_hook(subnet: u8, mode: &str) {
+    let network = TestNetwork::new(subnet);
+    let cfctl = Cfctl::new(&format!("tc-egress-{mode}"));
     let host = network.host_link.as_str();
     let peer = peer_sockets(&network);
     check_outgoing(&network, &peer, false);
-    cfctl.ok(&["attach", host, "--hook", "tc", "--direction", "egress"]);
+    let tc = ["--hook", "tc", "--mode", mode];
+    cfctl.ok(&[&["attach", host, "--direction", "egress"], &tc[..]].concat());
+    if mode == "clsact" {
+        let filters = clsact_filters(&network, "egress");
+        assert!(filters.contains("cftc_out_"), "tc filter show: {filters}");
+    }
     cfctl.ok(&[
         "add",
         &network.v4(3).to_string(),
@@ -335,15 +403,21 @@ fn egress_keeps_the_host_from_reaching_listed_addresses() {
     let link = &status["interfaces"][0];
     assert_eq!(
         (&link["hook"], &link["direction"], &link["mode"]),
-        (&"tc".into(), &"egress".into(), &"tcx".into()),
+        (&"tc".into(), &"egress".into(), &mode.into()),
         "{status}"
     );
-    assert!(cfctl
-        .ok(&["status"])
-        .contains(&format!("attached to  {host} (tc-egress)\n")));
+    let point = if mode == "tcx" { "tc" } else { mode };
+    let status = cfctl.ok(&["status"]);
+    assert!(
+        status.contains(&format!("attached to  {host} ({point}-egress)\n")),
+        "{status}"
+    );
 
     // The same list on ingress too, beside egress.
-    cfctl.ok(&["attach", host, "--hook", "tc"]);
+    cfctl.ok(&[&["attach", host], &tc[..]].concat());
+    if mode == "clsact" {
+        filters_after_cfctls_see_what_it_passes(&network);
+    }
     check_traffic(&network, true);
     let links: Vec<_> = cfctl.json(&["status", "--json"])["interfaces"]
         .as_array()
@@ -355,7 +429,7 @@ fn egress_keeps_the_host_from_reaching_listed_addresses() {
     // An ingress link elsewhere is refused while there is one.
     let refused = cfctl.fails(&["attach", host, "--mode", "skb"]);
     assert!(
-        refused.contains("already has the blocklist on ingress (tc tcx)"),
+        refused.contains(&format!("already has the blocklist on ingress (tc {mode})")),
         "{refused}"
     );
 
@@ -382,6 +456,10 @@ fn egress_keeps_the_host_from_reaching_listed_addresses() {
         !cfctl.pin_dir().exists(),
         "the pins removed with the last link"
     );
+    for direction in ["ingress", "egress"] {
+        let left = clsact_filters(&network, direction);
+        assert!(left.is_empty(), "filters left on {direction}: {left}");
+    }
 }
 
 /// `cfctl resize` while the listed peer (.3) sends datagrams to the host
@@ -428,6 +506,10 @@ fn the_tc_hook_runs_beside_a_program_that_holds_the_xdp_hook() {
     let host = network.host_link.as_str();
     let refused = cfctl.fails(&["attach", host, "--mode", "skb"]);
     assert!(refused.contains("attach with `--hook tc`"), "{refused}");
+    assert!(
+        refused.contains(&format!("({}", other_program_name())),
+        "the refusal names the program on the hook: {refused}"
+    );
     cfctl.ok(&["attach", host, "--hook", "tc"]);
     cfctl.ok(&[
         "add",
@@ -448,6 +530,89 @@ fn the_tc_hook_runs_beside_a_program_that_holds_the_xdp_hook() {
     assert!(
         refused.contains("--hook tc --direction egress"),
         "{refused}"
+    );
+    cfctl.ok(&["detach", host]);
+    check_traffic(&network, false);
+}
+
+/// The kernel's name of the program [`listing`] loads.
+fn other_program_name() -> &'static str {
+    LISTING_SHAPE.program()
+}
+
+/// xdp-filter (xdp-tools, through libxdp) loaded on an interface, unloaded
+/// when dropped.
+struct XdpFilter {
+    interface: String,
+}
+
+impl XdpFilter {
+    fn load(interface: &str) -> Self {
+        let status = std::process::Command::new("xdp-filter")
+            .args(["load", interface, "--mode", "skb"])
+            .status()
+            .expect("running xdp-filter (Debian package xdp-tools)");
+        assert!(status.success(), "xdp-filter load {interface}: {status}");
+        Self {
+            interface: interface.to_owned(),
+        }
+    }
+
+    /// The packets it passed, from `xdp-filter status`.
+    fn passed(&self) -> u64 {
+        let output = std::process::Command::new("xdp-filter")
+            .arg("status")
+            .output()
+            .expect("running xdp-filter status");
+        let status = String::from_utf8_lossy(&output.stdout);
+        status
+            .lines()
+            .find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some("XDP_PASS")).then(|| words.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no XDP_PASS count in xdp-filter status: {status}"))
+    }
+}
+
+impl Drop for XdpFilter {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("xdp-filter")
+            .args(["unload", &self.interface])
+            .status();
+        // libxdp's lock directory, if nothing else of libxdp's is there.
+        let _ = std::fs::remove_dir("/sys/fs/bpf/xdp");
+    }
+}
+
+#[test]
+fn beside_xdp_filter_the_refusal_names_it_and_the_tc_hook_filters_what_it_passes() {
+    require_root();
+    let network = TestNetwork::new(199);
+    let host = network.host_link.as_str();
+    let xdp_filter = XdpFilter::load(host);
+    let cfctl = Cfctl::new("tc-beside-xdp-filter");
+    cfctl.ok(&[
+        "add",
+        &network.v4(3).to_string(),
+        &network.v6(3).to_string(),
+    ]);
+    let refused = cfctl.fails(&["attach", host]);
+    assert!(
+        refused.contains("already has another XDP program attached, program ")
+            && refused.contains("(xdpfilt_alw_all"),
+        "the refusal names xdp-filter's program: {refused}"
+    );
+    assert!(
+        !cfctl.pin_dir().exists(),
+        "a refused attach left pins behind"
+    );
+    cfctl.ok(&["attach", host, "--hook", "tc"]);
+    let before = xdp_filter.passed();
+    check_traffic(&network, true);
+    assert!(
+        xdp_filter.passed() - before >= 2 * (DATAGRAMS + PINGS),
+        "xdp-filter passed the traffic on to the TC hook"
     );
     cfctl.ok(&["detach", host]);
     check_traffic(&network, false);

@@ -176,7 +176,8 @@ fn pinned_attachment_outlives_the_loader() {
         "IPv6 packets that would have been dropped"
     );
     maps.set_mode(Mode::Enforce);
-    detach_pinned(&link_path).expect("detaching the pinned link");
+    detach_pinned(&link_path, AttachPoint::Xdp(AttachMode::Native))
+        .expect("detaching the pinned link");
     check_traffic(&network, false);
     assert_eq!(
         dropped(&maps, Family::Ipv4),
@@ -209,5 +210,6 @@ fn pinned_attachment_outlives_the_loader() {
             .expect("taking over the pinned link");
     }
     check_traffic(&network, false);
-    detach_pinned(&link_path).expect("detaching the pinned link");
+    detach_pinned(&link_path, AttachPoint::Xdp(AttachMode::Skb))
+        .expect("detaching the pinned link");
 }

@@ -11,7 +11,6 @@
 //! complete pinned program of its own store only rebuilds its filter,
 //! which repairs an interrupted update as well.
 
-use std::io;
 use std::path::{Path, PathBuf};
 
 use super::capacity::{check_capacity, check_ceiling, WayOut};
@@ -26,8 +25,8 @@ use crate::store::ListKind;
 use crate::xdp::maps::SharedMaps;
 use crate::xdp::pins::{interface_index, interface_mtu};
 use crate::xdp::{
-    direction_name, AttachPoint, FilterProgram, LiveFilter, LoadOptions, PinDir, Sampling,
-    TrafficDirection, XdpError,
+    direction_name, os_error_code, AttachPoint, FilterProgram, HookHolder, LiveFilter, LoadOptions,
+    PinDir, Sampling, TrafficDirection, XdpError,
 };
 use crate::{MalformedAction, Mode};
 
@@ -151,7 +150,7 @@ impl Control {
                 if report.loaded && existing.is_empty() && report.attached.is_empty() {
                     self.pins.remove();
                 }
-                return Err(attach_error(interface, point, error));
+                return Err(attach_error(interface, index, point, error));
             }
             report.attached.push(interface.clone());
         }
@@ -360,7 +359,7 @@ pub fn detach(
         unloaded: false,
     };
     for (link, path) in chosen {
-        pins.detach(path)?;
+        pins.detach(path, link.point)?;
         if !report.detached.contains(&link.interface) {
             report.detached.push(link.interface.clone());
         }
@@ -432,20 +431,30 @@ fn check_compatible(
     Ok(())
 }
 
-/// Explains a failed attach to `interface` at `point`.
-fn attach_error(interface: &str, point: AttachPoint, error: XdpError) -> ControlError {
+/// Explains a failed attach to `interface` (index `index`) at `point`.
+fn attach_error(interface: &str, index: u32, point: AttachPoint, error: XdpError) -> ControlError {
     let code = os_error_code(&error);
-    if let AttachPoint::Tc(_) = point {
-        return match code {
-            Some(libc::EINVAL | libc::EOPNOTSUPP) => ControlError::TcxUnsupported {
-                interface: interface.to_owned(),
-                kernel: kernel_release(),
-            },
-            _ => ControlError::Xdp(error),
-        };
+    match point {
+        AttachPoint::Tc(_) => {
+            return match code {
+                Some(libc::EINVAL | libc::EOPNOTSUPP) => ControlError::TcxUnsupported {
+                    interface: interface.to_owned(),
+                    kernel: kernel_release(),
+                },
+                _ => ControlError::Xdp(error),
+            }
+        }
+        AttachPoint::Clsact(_) => return ControlError::Xdp(error),
+        AttachPoint::Xdp(_) => {}
     }
     match code {
-        Some(libc::EBUSY | libc::EEXIST) => ControlError::InterfaceBusy(interface.to_owned()),
+        Some(libc::EBUSY | libc::EEXIST) => ControlError::InterfaceBusy {
+            interface: interface.to_owned(),
+            holder: match HookHolder::of(index) {
+                Ok(Some(holder)) => holder.to_string(),
+                _ => "which cfctl cannot name".to_owned(),
+            },
+        },
         Some(libc::EOPNOTSUPP) => ControlError::NativeUnsupported(interface.to_owned()),
         Some(libc::ERANGE) => ControlError::NativeMtu {
             interface: interface.to_owned(),
@@ -453,21 +462,6 @@ fn attach_error(interface: &str, point: AttachPoint, error: XdpError) -> Control
         },
         _ => ControlError::Xdp(error),
     }
-}
-
-/// The OS error code somewhere in `error`'s chain of sources.
-fn os_error_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
-    let mut current = Some(error);
-    while let Some(error) = current {
-        if let Some(code) = error
-            .downcast_ref::<io::Error>()
-            .and_then(io::Error::raw_os_error)
-        {
-            return Some(code);
-        }
-        current = error.source();
-    }
-    None
 }
 
 /// The running kernel's release (`uname -r`), as far as it can be read.

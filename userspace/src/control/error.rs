@@ -111,16 +111,21 @@ pub enum ControlError {
     NotAttachedTo(String),
     /// Another XDP program holds the interface.
     #[error(
-        "interface '{0}' already has another XDP program attached, which takes its whole XDP \
-         hook: attach with `--hook tc` to run beside it, or remove it first (for example `ip \
-         link set dev {0} xdp off`)"
+        "interface '{interface}' already has another XDP program attached, {holder}, which \
+         takes its whole XDP hook: attach with `--hook tc` to run beside it, or remove it \
+         first (for example `ip link set dev {interface} xdp off`)"
     )]
-    InterfaceBusy(String),
+    InterfaceBusy {
+        /// The interface.
+        interface: String,
+        /// The program there, as far as rtnetlink and the kernel say.
+        holder: String,
+    },
     /// The kernel has no tcx links, which the TC hook is attached with.
     #[error(
-        "cannot attach to the TC hook of '{interface}': this kernel ({kernel}) has no tcx links \
-         (Linux 6.6 or later); use the XDP hook (`--hook xdp`, `--mode skb` where the driver \
-         lacks XDP)"
+        "cannot attach to the TC hook of '{interface}' with a tcx link: this kernel ({kernel}) \
+         has none (Linux 6.6 or later); attach with `--mode clsact` (a filter on the clsact \
+         qdisc), or on the XDP hook (`--hook xdp`, `--mode skb` where the driver lacks XDP)"
     )]
     TcxUnsupported {
         /// The interface.

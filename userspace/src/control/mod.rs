@@ -61,7 +61,9 @@ pub use update::{Change, NoProgress, Progress};
 pub use crate::store::ListKind;
 use crate::store::{Access, Store, StoreError};
 pub use crate::xdp::maps::PREFILTER_BYTES;
-pub use crate::xdp::{AttachMode, AttachPoint, SamplerCounts, Sampling, TrafficDirection};
+pub use crate::xdp::{
+    tcx_supported, AttachMode, AttachPoint, SamplerCounts, Sampling, TrafficDirection,
+};
 use crate::xdp::{LiveFilter, PinDir};
 use crate::{FilterShape, MalformedAction, MatchAddress, Policy};
 pub use settings::FilterSettings;

@@ -1,5 +1,6 @@
 //! Everything that touches the blocklist programs (XDP, and TC for
-//! interfaces whose XDP hook is taken and for egress) and their maps:
+//! interfaces whose XDP hook is taken and for egress: tcx links, or
+//! `clsact` filters on older kernels) and their maps:
 //! loading the object, attaching, pinning, the config, the filter tables, the block
 //! prefilter, the allowlist, the counters and the sampled drops. The control
 //! plane reaches it
@@ -17,6 +18,7 @@
 //! | [`allowlist`] | the allowlist tries |
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
 //! | [`pins`] | [`PinDir`]: the pin directory, bpffs, links per interface |
+//! | `netlink` | [`HookHolder`]: the program on an interface's XDP hook |
 //! | [`table`], [`mapped`], [`preload`], [`test_run`] | a filter table in map memory, mmapped maps, the outer map, `BPF_PROG_TEST_RUN` |
 //!
 //! # Where the filter lives, and why
@@ -74,6 +76,7 @@ mod link_info;
 pub mod live;
 pub mod mapped;
 pub mod maps;
+mod netlink;
 pub mod pins;
 pub mod prefilter;
 pub mod preload;
@@ -89,12 +92,14 @@ use aya::maps::MapError;
 use aya::pin::PinError;
 use aya::programs::links::LinkError;
 use aya::programs::{ProgramError, XdpMode};
+use aya::util::KernelVersion;
 use aya::EbpfError;
 use cfxdp::MAX_PREFIX_LENGTHS;
 use filter_core::AddressFamily;
 
 pub use live::LiveFilter;
 pub use maps::{Counters, FilterMaps};
+pub use netlink::HookHolder;
 pub use pins::PinDir;
 pub use program::{FilterProgram, LoadOptions};
 pub use sampling::{DropEvents, SamplerCounts, Sampling};
@@ -261,8 +266,29 @@ pub enum XdpError {
     },
 }
 
+/// The OS error code somewhere in `error`'s chain of sources.
+pub fn os_error_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(code) = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        current = error.source();
+    }
+    None
+}
+
 /// The result of the XDP room's operations.
 pub type Result<T, E = XdpError> = std::result::Result<T, E>;
+
+/// Whether this kernel has tcx links (Linux 6.6 or later), with which the
+/// TC hook is attached by default; older kernels get a `clsact` filter.
+pub fn tcx_supported() -> bool {
+    KernelVersion::current().is_ok_and(|version| version >= KernelVersion::new(6, 6, 0))
+}
 
 /// How the XDP program is attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,24 +336,34 @@ pub enum AttachPoint {
     /// The TC hook in a direction, with a tcx link, first in the hook's
     /// chain; a pass hands the packet on to the programs after it.
     Tc(TrafficDirection),
+    /// The TC hook in a direction on a kernel without tcx links (before
+    /// Linux 6.6): a direct-action `bpf` filter on the interface's
+    /// `clsact` qdisc, first in its chain (priority
+    /// [`program::CLSACT_PRIORITY`]); a pass goes on to the filters after
+    /// it.
+    Clsact(TrafficDirection),
 }
 
 impl AttachPoint {
     /// Every attach point.
-    pub const ALL: [AttachPoint; 4] = [
+    pub const ALL: [AttachPoint; 6] = [
         AttachPoint::Xdp(AttachMode::Native),
         AttachPoint::Xdp(AttachMode::Skb),
         AttachPoint::Tc(TrafficDirection::Ingress),
         AttachPoint::Tc(TrafficDirection::Egress),
+        AttachPoint::Clsact(TrafficDirection::Ingress),
+        AttachPoint::Clsact(TrafficDirection::Egress),
     ];
 
-    /// The name that a link's pin ends with: `native`, `skb`, `tc-ingress`
-    /// or `tc-egress`.
+    /// The name that a link's pin ends with: `native`, `skb`, `tc-ingress`,
+    /// `tc-egress`, `clsact-ingress` or `clsact-egress`.
     pub const fn name(self) -> &'static str {
         match self {
             AttachPoint::Xdp(mode) => mode.name(),
             AttachPoint::Tc(TrafficDirection::Ingress) => "tc-ingress",
             AttachPoint::Tc(TrafficDirection::Egress) => "tc-egress",
+            AttachPoint::Clsact(TrafficDirection::Ingress) => "clsact-ingress",
+            AttachPoint::Clsact(TrafficDirection::Egress) => "clsact-egress",
         }
     }
 
@@ -340,7 +376,7 @@ impl AttachPoint {
     pub const fn hook(self) -> &'static str {
         match self {
             AttachPoint::Xdp(_) => "xdp",
-            AttachPoint::Tc(_) => "tc",
+            AttachPoint::Tc(_) | AttachPoint::Clsact(_) => "tc",
         }
     }
 
@@ -348,15 +384,17 @@ impl AttachPoint {
     pub const fn direction(self) -> TrafficDirection {
         match self {
             AttachPoint::Xdp(_) => TrafficDirection::Ingress,
-            AttachPoint::Tc(direction) => direction,
+            AttachPoint::Tc(direction) | AttachPoint::Clsact(direction) => direction,
         }
     }
 
-    /// How the program is attached: `native` or `skb` (XDP), `tcx` (TC).
+    /// How the program is attached: `native` or `skb` (XDP), `tcx` or
+    /// `clsact` (TC).
     pub const fn mode(self) -> &'static str {
         match self {
             AttachPoint::Xdp(mode) => mode.name(),
             AttachPoint::Tc(_) => "tcx",
+            AttachPoint::Clsact(_) => "clsact",
         }
     }
 }

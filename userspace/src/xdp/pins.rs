@@ -5,11 +5,13 @@
 //! ```text
 //! <pin dir>/program, program-tc-ingress, program-tc-egress,
 //!           CONFIG, PREFILTERS, COUNTERS, ALLOW_V4, ALLOW_V6, FILTERS_FP<bits>, ...
-//! <pin dir>/links/<interface>@<native|skb|tc-ingress|tc-egress>
+//! <pin dir>/links/<interface>@<native|skb|tc-ingress|tc-egress|clsact-ingress|clsact-egress>
 //! ```
 //!
 //! An interface has at most one link for each direction: on ingress the
-//! XDP hook or the TC hook, on egress the TC hook.
+//! XDP hook or the TC hook, on egress the TC hook. A `clsact` filter,
+//! which is not a BPF object, is recorded by pinning the program it runs
+//! in its place (see [`super::program`]).
 //!
 //! Preparing a directory mounts a bpf filesystem at `/sys/fs/bpf` when
 //! nothing is mounted there yet (a fresh machine), unless this process's
@@ -167,8 +169,12 @@ impl PinDir {
                 let (interface, point) = name.rsplit_once('@')?;
                 let point = AttachPoint::from_name(point)?;
                 let here = interface_index(interface).ok();
-                // Without the kernel's answer, the name's own.
-                let ifindex = link_ifindex(&entry.path()).ok().or(here);
+                // Without the kernel's answer, the name's own (a clsact
+                // filter's pin is its program's, which names no interface).
+                let ifindex = match point {
+                    AttachPoint::Clsact(_) => here,
+                    _ => link_ifindex(&entry.path()).ok().or(here),
+                };
                 let attachment = Attachment {
                     interface: interface.to_owned(),
                     hook: point.hook(),
@@ -201,9 +207,10 @@ impl PinDir {
         attach_pinned_program(&self.path, interface, index, point, &link)
     }
 
-    /// Removes the link pinned at `link` (from [`Self::links`]).
-    pub fn detach(&self, link: &Path) -> Result<()> {
-        detach_pinned(link)
+    /// Removes the attachment at `point` pinned at `link` (from
+    /// [`Self::links`]).
+    pub fn detach(&self, link: &Path, point: AttachPoint) -> Result<()> {
+        detach_pinned(link, point)
     }
 
     /// Removes the pinned program and maps: every pin but the links.

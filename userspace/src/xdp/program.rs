@@ -1,19 +1,31 @@
 //! Loading the `cfxdp` object and its programs ([`FilterProgram`]: the XDP
 //! program and the two TC programs of a filter shape, sharing the maps),
 //! attaching them to interfaces directly or with pinned BPF links (XDP
-//! links, tcx links), moving a pinned link to another program with no gap,
-//! and running the programs on a frame with `BPF_PROG_TEST_RUN` (verdict
-//! tests).
+//! links, tcx links) or as `clsact` filters, moving an attachment to
+//! another program with no gap, and running the programs on a frame with
+//! `BPF_PROG_TEST_RUN` (verdict tests).
+//!
+//! A `clsact` filter is no BPF object and cannot be pinned: the qdisc
+//! holds it until it is deleted. cfctl's has a fixed priority and handle
+//! ([`CLSACT_PRIORITY`], [`CLSACT_HANDLE`]) by which a later cfctl finds
+//! it, and the pin that records it is the program it runs
+//! (`links/IFACE@clsact-DIRECTION`). Replacing the program of a filter
+//! with the same handle is one atomic change in the kernel, as
+//! `bpf_link_update` is for a link.
 //!
 //! Loading goes through [`preload`](super::preload): the outer filter map is
 //! created first with a table of the chosen size as its inner template, so
 //! the verifier inlines every bucket lookup.
 
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use aya::programs::links::Link;
 use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
+use aya::programs::tc::{
+    qdisc_add_clsact, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle,
+};
 use aya::programs::xdp::XdpLink;
 use aya::programs::{LinkOrder, Program, ProgramError, SchedClassifier, TcAttachType, Xdp};
 use aya::{Ebpf, EbpfLoader};
@@ -28,7 +40,9 @@ use super::maps::{filter_profile, FilterMaps, SharedMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
 use super::test_run::{run_tc, run_xdp, TcTestRun, TestRun};
-use super::{AttachMode, AttachPoint, LiveFilter, Result, TrafficDirection, XdpError};
+use super::{
+    os_error_code, AttachMode, AttachPoint, LiveFilter, Result, TrafficDirection, XdpError,
+};
 use crate::plan::ActiveLengths;
 
 /// The compiled `cfxdp` eBPF object.
@@ -43,8 +57,14 @@ pub fn pinned_program(point: AttachPoint) -> String {
     match point {
         AttachPoint::Xdp(_) => PINNED_PROGRAM.to_owned(),
         AttachPoint::Tc(_) => format!("{PINNED_PROGRAM}-{}", point.name()),
+        AttachPoint::Clsact(direction) => pinned_program(AttachPoint::Tc(direction)),
     }
 }
+
+/// Priority of cfctl's `clsact` filters: first in the qdisc's chain.
+pub const CLSACT_PRIORITY: u16 = 1;
+/// Handle of cfctl's `clsact` filters.
+pub const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0xcfc1);
 
 /// The TC programs' directions.
 const TC_DIRECTIONS: [TrafficDirection; 2] = [TrafficDirection::Ingress, TrafficDirection::Egress];
@@ -223,6 +243,11 @@ impl FilterProgram {
                     direction,
                 )?
             }
+            AttachPoint::Clsact(direction) => {
+                let name = self.shape.tc_program(direction);
+                let program = program_mut::<SchedClassifier>(&mut self.ebpf, name)?;
+                return attach_clsact(program, name, interface, direction, link_path);
+            }
         };
         pin_link(link, link_path)
     }
@@ -233,6 +258,9 @@ impl FilterProgram {
     /// `bpf_link_update`: packets on that interface go from the old program
     /// to this one with no gap. The link stays pinned where it is.
     pub fn take_over_pinned_link(&mut self, link_path: &Path, point: AttachPoint) -> Result<()> {
+        if let AttachPoint::Clsact(direction) = point {
+            return self.take_over_clsact_filter(link_path, direction);
+        }
         let link = FdLink::from(PinnedLink::from_pin(link_path)?);
         match point {
             AttachPoint::Xdp(_) => {
@@ -254,8 +282,33 @@ impl FilterProgram {
                     .map_err(program_error)?;
                 drop(program.take_link(link_id).map_err(program_error)?);
             }
+            AttachPoint::Clsact(_) => {}
         }
         Ok(())
+    }
+
+    /// Puts this blocklist's TC program of `direction` in cfctl's `clsact`
+    /// filter that the program pinned at `marker` runs, and pins it there
+    /// instead. A marker whose interface is gone (and the filter with it)
+    /// is removed.
+    fn take_over_clsact_filter(
+        &mut self,
+        marker: &Path,
+        direction: TrafficDirection,
+    ) -> Result<()> {
+        let Some(interface) = marker_interface(marker) else {
+            return remove_marker(marker);
+        };
+        let name = self.shape.tc_program(direction);
+        let program_error = |source| XdpError::Program { name, source };
+        let link = match clsact_filter(&interface, direction) {
+            Ok(link) => link,
+            Err(_) => return remove_marker(marker),
+        };
+        let program = program_mut::<SchedClassifier>(&mut self.ebpf, name)?;
+        let link_id = program.attach_to_link(link).map_err(program_error)?;
+        keep_clsact_filter(program.take_link(link_id).map_err(program_error)?);
+        pin_marker(program, marker)
     }
 
     /// Pins the maps (see [`FilterMaps::pin`]) and the programs (see
@@ -336,8 +389,101 @@ pub fn attach_pinned_program(
             let mut program = SchedClassifier::from_pin(path).map_err(program_error)?;
             attach_tc(&mut program, NAME, interface, direction)?
         }
+        AttachPoint::Clsact(direction) => {
+            let mut program = SchedClassifier::from_pin(path).map_err(program_error)?;
+            return attach_clsact(&mut program, NAME, interface, direction, link_path);
+        }
     };
     pin_link(link, link_path)
+}
+
+/// The attach type of a direction's TC hook.
+fn tc_attach_type(direction: TrafficDirection) -> TcAttachType {
+    match direction {
+        TrafficDirection::Ingress => TcAttachType::Ingress,
+        TrafficDirection::Egress => TcAttachType::Egress,
+    }
+}
+
+/// Attaches `program` to `interface`'s `clsact` qdisc (added if it has
+/// none) on `direction` as cfctl's filter, and pins it at `marker`.
+fn attach_clsact(
+    program: &mut SchedClassifier,
+    name: &'static str,
+    interface: &str,
+    direction: TrafficDirection,
+    marker: &Path,
+) -> Result<()> {
+    let program_error = |source| XdpError::Program { name, source };
+    // The qdisc is often there already (EEXIST); any other failure shows
+    // in the attach that follows, which needs it.
+    let _ = qdisc_add_clsact(interface);
+    let options = TcAttachOptions::Netlink(NlOptions {
+        priority: CLSACT_PRIORITY,
+        handle: CLSACT_HANDLE,
+        ..NlOptions::default()
+    });
+    let link_id = program
+        .attach_with_options(interface, tc_attach_type(direction), options)
+        .map_err(program_error)?;
+    keep_clsact_filter(program.take_link(link_id).map_err(program_error)?);
+    if let Err(error) = pin_marker(program, marker) {
+        let _ = clsact_filter(interface, direction).map(|filter| filter.detach());
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// cfctl's `clsact` filter on `interface` in `direction`, to replace or
+/// delete.
+fn clsact_filter(interface: &str, direction: TrafficDirection) -> io::Result<SchedClassifierLink> {
+    SchedClassifierLink::attached(
+        interface,
+        tc_attach_type(direction),
+        CLSACT_PRIORITY,
+        CLSACT_HANDLE,
+        None,
+    )
+}
+
+/// Leaves the filter `link` stands for on its qdisc: dropping it would
+/// delete the filter.
+fn keep_clsact_filter(link: SchedClassifierLink) {
+    std::mem::forget(link);
+}
+
+/// Pins `program` at `marker`, in place of what is pinned there (a
+/// rename, so the marker is never missing; bpffs names have no dots).
+fn pin_marker(program: &mut SchedClassifier, marker: &Path) -> Result<()> {
+    let mut fresh = marker.as_os_str().to_owned();
+    fresh.push("-replacing");
+    let fresh = PathBuf::from(fresh);
+    let _ = std::fs::remove_file(&fresh);
+    program.pin(&fresh).map_err(|source| XdpError::Pin {
+        path: fresh.clone(),
+        source,
+    })?;
+    std::fs::rename(&fresh, marker).map_err(|source| XdpError::PinnedLink {
+        path: marker.to_owned(),
+        source,
+    })
+}
+
+/// Removes the pin that records a `clsact` filter.
+fn remove_marker(marker: &Path) -> Result<()> {
+    std::fs::remove_file(marker).map_err(|source| XdpError::PinnedLink {
+        path: marker.to_owned(),
+        source,
+    })
+}
+
+/// The interface a `clsact` marker (`links/IFACE@clsact-DIRECTION`) is
+/// for, if it still exists.
+fn marker_interface(marker: &Path) -> Option<String> {
+    let name = marker.file_name()?.to_str()?;
+    let (interface, _) = name.rsplit_once('@')?;
+    super::pins::interface_index(interface).ok()?;
+    Some(interface.to_owned())
 }
 
 /// Attaches `program` to interface `if_index` in `mode`; its link.
@@ -365,13 +511,9 @@ fn attach_tc(
     direction: TrafficDirection,
 ) -> Result<FdLink> {
     let program_error = |source| XdpError::Program { name, source };
-    let attach_type = match direction {
-        TrafficDirection::Ingress => TcAttachType::Ingress,
-        TrafficDirection::Egress => TcAttachType::Egress,
-    };
     let order = TcAttachOptions::TcxOrder(LinkOrder::first());
     let link_id = program
-        .attach_with_options(interface, attach_type, order)
+        .attach_with_options(interface, tc_attach_type(direction), order)
         .map_err(program_error)?;
     Ok(FdLink::try_from(
         program.take_link(link_id).map_err(program_error)?,
@@ -388,8 +530,23 @@ fn pin_link(link: FdLink, link_path: &Path) -> Result<()> {
 }
 
 /// Removes an attachment made by [`FilterProgram::attach_pinned`] or
-/// [`attach_pinned_program`].
-pub fn detach_pinned(link_path: &Path) -> Result<()> {
+/// [`attach_pinned_program`] at `point`.
+pub fn detach_pinned(link_path: &Path, point: AttachPoint) -> Result<()> {
+    if let AttachPoint::Clsact(direction) = point {
+        if let Some(interface) = marker_interface(link_path) {
+            if let Ok(filter) = clsact_filter(&interface, direction) {
+                match filter.detach() {
+                    // (Gone with its qdisc.)
+                    Err(error) if os_error_code(&error) == Some(libc::ENOENT) => {}
+                    result => result.map_err(|source| XdpError::Program {
+                        name: "clsact filter",
+                        source,
+                    })?,
+                }
+            }
+        }
+        return remove_marker(link_path);
+    }
     let link = PinnedLink::from_pin(link_path)?;
     // Unpinning drops the last reference once the returned FdLink goes.
     drop(link.unpin().map_err(|source| XdpError::PinnedLink {

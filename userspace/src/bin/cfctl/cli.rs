@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use cfctl::agent::log::LogFormat;
 use cfctl::control::{
-    AttachMode, AttachPoint, CapacityChoice, MemoryCeiling, Sampling, TrafficDirection,
+    tcx_supported, AttachMode, AttachPoint, CapacityChoice, MemoryCeiling, Sampling,
+    TrafficDirection,
 };
 use cfctl::control::{DirCheck, FilterSettings};
 use cfctl::paths;
@@ -300,9 +301,18 @@ fn timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses how the XDP program runs on an interface: `native` or `skb`.
-fn attach_mode() -> impl TypedValueParser<Value = AttachMode> {
-    PossibleValuesParser::new(AttachMode::ALL.map(AttachMode::name))
-        .map(|name| AttachMode::from_name(&name).expect("one of the possible values"))
+/// How a program is attached, as `attach --mode` names it: the XDP
+/// hook's modes and the TC hook's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookMode {
+    /// XDP in the driver.
+    Native,
+    /// XDP in the generic network stack.
+    Skb,
+    /// TC with a tcx link (Linux 6.6 or later).
+    Tcx,
+    /// TC as a filter on the clsact qdisc (any kernel).
+    Clsact,
 }
 
 /// The hooks a program can run on.
@@ -311,8 +321,8 @@ pub enum Hook {
     /// The XDP hook: ingress only, before the kernel allocates anything;
     /// the fastest, and one program per interface.
     Xdp,
-    /// The TC hook (a tcx link, Linux 6.6 or later): ingress or egress,
-    /// shared with the other programs there.
+    /// The TC hook (a tcx link on Linux 6.6 or later, else a clsact
+    /// filter): ingress or egress, shared with the other programs there.
     Tc,
 }
 
@@ -380,11 +390,13 @@ pub struct AttachArgs {
     /// from it (`--match destination` turns both around).
     #[arg(long, value_enum, default_value = "ingress")]
     pub direction: Direction,
-    /// How the XDP program runs: native (in the driver; fastest, the
+    /// How the program runs. XDP: native (in the driver; fastest, the
     /// driver must support XDP) or skb (in the generic network stack; any
-    /// interface) [default: native]
-    #[arg(long, value_parser = attach_mode())]
-    pub mode: Option<AttachMode>,
+    /// interface) [default: native]. TC: tcx (a link, Linux 6.6 or later)
+    /// or clsact (a filter on the clsact qdisc, first in its chain, on any
+    /// kernel) [default: tcx where the kernel has it]
+    #[arg(long, value_enum)]
+    pub mode: Option<HookMode>,
     /// Keys the filter is sized for, fixed; or `auto`: sized for the
     /// store, growing and shrinking with it [stored; default auto]
     #[arg(long, value_name = "N|auto", value_parser = capacity_choice)]
@@ -425,18 +437,28 @@ impl AttachArgs {
     /// Where the program goes, from `--hook`, `--direction` and `--mode`.
     pub fn attach_point(&self) -> Result<AttachPoint, String> {
         match (self.hook, self.direction, self.mode) {
-            (Hook::Xdp, Direction::Ingress, mode) => {
-                Ok(AttachPoint::Xdp(mode.unwrap_or(AttachMode::Native)))
+            (Hook::Xdp, _, Some(HookMode::Tcx | HookMode::Clsact)) => {
+                Err("--mode tcx and clsact are the TC hook's: attach with `--hook tc`".to_owned())
             }
+            (Hook::Xdp, Direction::Ingress, mode) => Ok(AttachPoint::Xdp(match mode {
+                Some(HookMode::Skb) => AttachMode::Skb,
+                _ => AttachMode::Native,
+            })),
             (Hook::Xdp, Direction::Egress, _) => Err(
                 "the XDP hook sees arriving packets only: attach with `--hook tc --direction \
                  egress`"
                     .to_owned(),
             ),
-            (Hook::Tc, direction, None) => Ok(AttachPoint::Tc(direction.into())),
-            (Hook::Tc, _, Some(_)) => {
-                Err("--mode is the XDP hook's (native or skb); the TC hook has none".to_owned())
+            (Hook::Tc, _, Some(HookMode::Native | HookMode::Skb)) => Err(
+                "--mode native and skb are the XDP hook's; the TC hook's are tcx and clsact"
+                    .to_owned(),
+            ),
+            (Hook::Tc, direction, Some(HookMode::Tcx)) => Ok(AttachPoint::Tc(direction.into())),
+            (Hook::Tc, direction, Some(HookMode::Clsact)) => {
+                Ok(AttachPoint::Clsact(direction.into()))
             }
+            (Hook::Tc, direction, None) if tcx_supported() => Ok(AttachPoint::Tc(direction.into())),
+            (Hook::Tc, direction, None) => Ok(AttachPoint::Clsact(direction.into())),
         }
     }
 }

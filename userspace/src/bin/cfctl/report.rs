@@ -268,7 +268,7 @@ pub fn status(full: &FullStatus) {
                 };
                 let point = match link.point {
                     AttachPoint::Xdp(_) => link.mode,
-                    AttachPoint::Tc(_) => link.point.name(),
+                    AttachPoint::Tc(_) | AttachPoint::Clsact(_) => link.point.name(),
                 };
                 format!("{} ({point}{place})", link.interface)
             })
