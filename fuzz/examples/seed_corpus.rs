@@ -20,8 +20,8 @@ use etherparse::{
     PacketBuilder, VlanId,
 };
 use filter_core::protocol::{
-    Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, Stats,
-    CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause, Response,
+    Stats, CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::AddressFamily;
 use firmware::{Device, RamFlash};
@@ -212,7 +212,7 @@ fn snapshots(dir: &Path, prefixes: &[Prefix]) {
 fn add_and_save(memory: &mut [u8], prefixes: &[Prefix]) {
     let mut filter = Filter::new(0);
     let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(memory);
-    let mut device = Device::boot(&mut filter, flash, LAYOUT, SEED);
+    let mut device = Device::boot(&mut filter, flash, LAYOUT, SEED, ResetCause::PowerOn);
     for prefix in prefixes {
         device.answer(Request::Add(Item::Net(*prefix)));
     }
@@ -259,6 +259,7 @@ fn device_responses(dir: &Path) {
         entries: 12,
         prefix_lengths: PrefixLengths::new(),
         saved_sequence: Some(3),
+        reset_cause: ResetCause::Watchdog,
     };
     for (name, bytes) in [
         ("own", own.clone()),

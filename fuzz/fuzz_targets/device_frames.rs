@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use cuckoo_fuzz::{Filter, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
 use filter_core::protocol::{
-    self, Envelope, Error, FrameReader, Item, Prefix, Request, Response, MAX_FRAME_LEN,
+    self, Envelope, Error, FrameReader, Item, Prefix, Request, ResetCause, Response, MAX_FRAME_LEN,
     MAX_RESPONSE_FRAME_LEN, NO_ID,
 };
 use firmware::{Device, RamFlash};
@@ -111,7 +111,7 @@ fuzz_target!(|data: &[u8]| {
     let mut memory = vec![0xff; FLASH_LEN];
     let mut filter = Filter::new(0);
     let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(&mut memory);
-    let mut device = Device::boot(&mut filter, flash, LAYOUT, SEED);
+    let mut device = Device::boot(&mut filter, flash, LAYOUT, SEED, ResetCause::PowerOn);
     let mut model = Model::default();
     let mut reader = FrameReader::<MAX_FRAME_LEN>::new();
     let mut out = [0u8; MAX_RESPONSE_FRAME_LEN];

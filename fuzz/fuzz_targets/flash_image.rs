@@ -10,7 +10,7 @@
 #![no_main]
 
 use cuckoo_fuzz::{Filter, FLASH_ERASE, FLASH_LEN, FLASH_WRITE, LAYOUT, SEED};
-use filter_core::protocol::{Request, Response, PROTOCOL_VERSION};
+use filter_core::protocol::{Request, ResetCause, Response, PROTOCOL_VERSION};
 use filter_core::snapshot::{CRC32, TRAILER_LEN};
 use firmware::store::{record, RECORD_LEN};
 use firmware::{Device, RamFlash};
@@ -27,7 +27,13 @@ fn bytes_of(filter: &Filter) -> Vec<u8> {
 /// Boots on `memory`; returns the loaded table and sequence number.
 fn boot(memory: &mut [u8]) -> (Vec<u8>, Option<u32>) {
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(&mut filter, Flash::new(memory), LAYOUT, SEED);
+    let mut device = Device::boot(
+        &mut filter,
+        Flash::new(memory),
+        LAYOUT,
+        SEED,
+        ResetCause::PowerOn,
+    );
     let hello = Request::Hello {
         version: PROTOCOL_VERSION,
     };
@@ -81,7 +87,13 @@ fuzz_target!(|data: &[u8]| {
     );
 
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(&mut filter, Flash::new(&mut memory), LAYOUT, SEED);
+    let mut device = Device::boot(
+        &mut filter,
+        Flash::new(&mut memory),
+        LAYOUT,
+        SEED,
+        ResetCause::PowerOn,
+    );
     device.answer(Request::Add(filter_core::protocol::Item::U64(7)));
     let saved = match device.answer(Request::Save) {
         Response::Saved { sequence } => Some((bytes_of(device.filter()), Some(sequence))),

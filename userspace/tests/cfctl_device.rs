@@ -72,6 +72,7 @@ fn cfctl_drives_the_qemu_firmware() {
     let status = device_json(&device, &["status"]);
     assert_eq!(status["entries"], unique.len());
     assert_eq!(status["saved_sequence"], import["sequence"]);
+    assert_eq!(status["reset_cause"], "power-on");
 
     // An address inside the first entry is listed; one in the benchmarking
     // range is not (unless a false positive, which 16-bit fingerprints

@@ -23,7 +23,7 @@ use common::qemu::{firmware_elf, firmware_elf_with_fault_triggers, repo_root, Qe
 use common::serial_line::{Faults, SerialLine};
 
 use cfctl::device::{DeviceClient, DeviceError, LinkTiming};
-use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, Response};
+use filter_core::protocol::{self, Error, Item, Prefix, PrefixLengths, ResetCause, Response};
 use filter_core::StaticCuckooFilter;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -523,7 +523,7 @@ fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
 }
 
 #[test]
-fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_saved_image() {
+fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_its_saved_image_and_says_why() {
     let elf = firmware_elf_with_fault_triggers();
     let (mut qemu, stream) = Qemu::boot(&elf);
     stream
@@ -535,10 +535,16 @@ fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_save
         resend_after: Duration::from_millis(200),
     };
     let mut device = DeviceClient::with_timing(stream, timing);
+    assert_eq!(device.hello().unwrap().reset_cause, ResetCause::PowerOn);
     let saved: Vec<Item<'_>> = (0..3).map(Item::U64).collect();
     assert_eq!(device.add_batch(&saved).unwrap(), 3);
     assert_eq!(device.save().unwrap(), 1);
-    for name in ["panic", "hardfault"] {
+    for (name, cause) in [
+        ("panic", ResetCause::Panic),
+        ("hardfault", ResetCause::HardFault),
+        // The watchdog bites after two of its periods without food.
+        ("hang", ResetCause::Watchdog),
+    ] {
         // Entries added after the save are lost with the reset.
         device.add_batch(&[Item::U64(100), Item::U64(101)]).unwrap();
         assert_eq!(device.hello().unwrap().entries, 5);
@@ -546,9 +552,9 @@ fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_save
         // The client resends until the rebooted device answers.
         let info = device.hello().unwrap();
         assert_eq!(
-            (info.entries, info.saved_sequence),
-            (3, Some(1)),
-            "after a {name}, the device must come back with its saved image"
+            (info.entries, info.saved_sequence, info.reset_cause),
+            (3, Some(1), cause),
+            "after a {name}, the device must come back with its saved image and say why"
         );
         let present = device.check_batch(&saved).unwrap();
         assert!(present.into_iter().all(|present| present));
@@ -558,6 +564,8 @@ fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_save
         "fault trigger: panic",
         "panic at",
         "HardFault at pc",
+        "fault trigger: hang",
+        "watchdog: the main loop stopped",
         "loaded image 1: 3 entries",
     ] {
         assert!(
@@ -565,5 +573,5 @@ fn a_panic_and_a_hard_fault_are_logged_and_reset_the_device_which_keeps_its_save
             "defmt log lacks {expected:?}:\n{log}"
         );
     }
-    assert_eq!(log.matches("ready: ").count(), 3, "three boots:\n{log}");
+    assert_eq!(log.matches("ready: ").count(), 4, "four boots:\n{log}");
 }

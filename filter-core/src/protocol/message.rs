@@ -165,6 +165,32 @@ pub struct Info {
     pub prefix_lengths: PrefixLengths,
     /// Sequence number of the newest saved image, if any.
     pub saved_sequence: Option<u32>,
+    /// Why the device last started.
+    pub reset_cause: ResetCause,
+}
+
+/// Why a device last started, as far as its board can tell ([`Info`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ResetCause {
+    /// Power came on.
+    PowerOn,
+    /// The reset pin (or a debugger) reset it.
+    Pin,
+    /// The supply voltage dropped too low.
+    Brownout,
+    /// The watchdog: the main loop stopped feeding it (a hang).
+    Watchdog,
+    /// Software asked for a reset (other than after a panic or a fault).
+    Software,
+    /// The firmware panicked and reset itself.
+    Panic,
+    /// A HardFault, after which the firmware reset itself.
+    HardFault,
+    /// A low-power management reset.
+    LowPower,
+    /// The board cannot tell.
+    Unknown,
 }
 
 /// Counters since boot ([`Response::Stats`]).

@@ -11,8 +11,8 @@
 //! response and not executed again (see [`filter_core::protocol`]).
 
 use filter_core::protocol::{
-    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response, Stats,
-    Traffic, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause,
+    Response, Stats, Traffic, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
@@ -46,6 +46,7 @@ pub struct Device<'f, F: Fingerprint, const S: usize, B, Flash> {
     last_request: Option<LastRequest>,
     stats: Stats,
     traffic: Traffic,
+    reset_cause: ResetCause,
 }
 
 impl<'f, F, const S: usize, B, Flash> Device<'f, F, S, B, Flash>
@@ -55,12 +56,14 @@ where
     Flash: embedded_storage::nor_flash::NorFlash,
 {
     /// Boots: loads the newest valid image from `flash` into `filter`, or
-    /// starts empty with `default_seed` when there is none.
+    /// starts empty with `default_seed` when there is none. `reset_cause`,
+    /// as the board tells it, is reported in [`Info`].
     pub fn boot(
         filter: &'f mut CuckooFilter<F, S, B>,
         flash: Flash,
         layout: SlotLayout,
         default_seed: u64,
+        reset_cause: ResetCause,
     ) -> Self {
         const {
             assert!(
@@ -68,6 +71,7 @@ where
                 "snapshot chunks must be whole flash words"
             )
         };
+        crate::log_info!("started after: {}", reset_cause);
         let mut store = ImageStore::new(flash, layout);
         let prefix_lengths = match store.load_newest(filter) {
             Ok(image) => {
@@ -102,6 +106,7 @@ where
             last_request: None,
             stats: Stats::default(),
             traffic: Traffic::default(),
+            reset_cause,
         }
     }
 
@@ -239,6 +244,7 @@ where
             entries: self.filter.len() as u32,
             prefix_lengths: self.prefix_lengths,
             saved_sequence: self.store.current_sequence(),
+            reset_cause: self.reset_cause,
         }
     }
 

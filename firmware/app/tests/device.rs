@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use embedded_storage::nor_flash::{ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash};
 use filter_core::protocol::{
-    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, Response,
-    MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause,
+    Response, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{AddressFamily, StaticCuckooFilter};
 use firmware::serve::PortError;
@@ -209,7 +209,13 @@ fn boot<'f, 'm>(
     filter: &'f mut Filter,
     memory: &'m mut [u8],
 ) -> Device<'f, u16, 4, [[u16; 4]; 64], RamFlash<'m, WRITE, ERASE>> {
-    Device::boot(filter, RamFlash::<WRITE, ERASE>::new(memory), LAYOUT, SEED)
+    Device::boot(
+        filter,
+        RamFlash::<WRITE, ERASE>::new(memory),
+        LAYOUT,
+        SEED,
+        ResetCause::PowerOn,
+    )
 }
 
 /// The device's answer to a hello.
@@ -243,6 +249,11 @@ fn requests_get_one_answer_each_and_bad_frames_change_nothing() {
 
     let info = info(&mut device);
     assert_eq!((info.seed, info.entries, info.capacity), (SEED, 0, 256));
+    assert_eq!(
+        info.reset_cause,
+        ResetCause::PowerOn,
+        "the cause boot was given"
+    );
     assert_eq!(
         ask(&mut device, Request::Hello { version: 99 }),
         Response::Error(Error::VersionMismatch {
@@ -418,6 +429,7 @@ fn snapshot_chunks_of_the_largest_size_are_taken_and_longer_ones_refused() {
         RamFlash::<WRITE, ERASE>::new(&mut memory),
         layout,
         SEED,
+        ResetCause::PowerOn,
     );
     let total_len = device.filter().snapshot_len() as u32;
     assert!(total_len as usize > MAX_CHUNK_LEN + protocol::CHUNK_ALIGN);
@@ -613,7 +625,7 @@ fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8
     };
     let mut filter = Filter::new(0);
     let old_image = {
-        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED);
+        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
         ask(&mut device, Request::Add(Item::U64(100)));
         assert_eq!(
             ask(&mut device, Request::Save),
@@ -630,7 +642,7 @@ fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8
             budget,
         };
         let mut filter = Filter::new(0);
-        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED);
+        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
         assert_eq!(table_of(device.filter()), old_image);
         let (new_image, response) = change(&mut device);
 
@@ -640,7 +652,13 @@ fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8
             budget: usize::MAX,
         };
         let mut filter = Filter::new(0);
-        let device = Device::boot(&mut filter, &mut restarted, LAYOUT, SEED);
+        let device = Device::boot(
+            &mut filter,
+            &mut restarted,
+            LAYOUT,
+            SEED,
+            ResetCause::PowerOn,
+        );
         let loaded = table_of(device.filter());
         if !matches!(response, Response::Error(_)) {
             assert_eq!(loaded, new_image, "completed change not loaded");

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use embedded_io::Read;
-use filter_core::protocol::{self, Envelope, FrameReader, Item, Request, Response};
+use filter_core::protocol::{self, Envelope, FrameReader, Item, Request, ResetCause, Response};
 use filter_core::StaticCuckooFilter;
 use firmware::{Device, RamFlash, RingReader, RxRing, SlotLayout};
 use proptest::prelude::*;
@@ -170,7 +170,7 @@ fn a_burst_of_frames_is_queued_and_every_frame_answered() {
         slot_len: 1024,
     };
     let flash = RamFlash::<4, 256>::new(&mut memory);
-    let mut device = Device::boot(&mut filter, flash, layout, 1);
+    let mut device = Device::boot(&mut filter, flash, layout, 1, ResetCause::PowerOn);
     let mut output = Output::default();
     firmware::serve(&mut device, &mut Drain(&ring), &mut output);
 

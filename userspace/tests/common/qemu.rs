@@ -186,13 +186,13 @@ impl Qemu {
         std::fs::read_to_string(self.dir.join("qemu.stderr")).unwrap_or_default()
     }
 
-    /// Checks that the firmware is still running and never panicked or
-    /// faulted (either logs, then resets), stops QEMU, and decodes the
-    /// defmt log.
+    /// Checks that the firmware is still running and never panicked,
+    /// faulted or hung (each logs, then resets), stops QEMU, and decodes
+    /// the defmt log.
     pub fn stop_and_decode_log(&mut self, elf: &Path) -> String {
         let log = self.stop_and_decode_log_after_faults(elf);
         assert!(
-            !log.contains("panic") && !log.contains("HardFault"),
+            !log.contains("panic") && !log.contains("HardFault") && !log.contains("watchdog"),
             "the firmware failed:\n{log}"
         );
         log

@@ -1,10 +1,12 @@
 //! Test-only ways to make the firmware fail (feature `fault-triggers`,
-//! never in the normal image): the received bytes `!panic` or `!hardfault`
-//! followed by a frame delimiter panic, or execute an undefined
-//! instruction (a HardFault, as no UsageFault handler is enabled).
+//! never in the normal image): the received bytes `!panic`, `!hardfault`
+//! or `!hang` followed by a frame delimiter panic, execute an undefined
+//! instruction (a HardFault, as no UsageFault handler is enabled), or spin
+//! forever with interrupts on (until the watchdog resets the machine).
 
 const PANIC: &[u8] = b"!panic\0";
 const HARD_FAULT: &[u8] = b"!hardfault\0";
+const HANG: &[u8] = b"!hang\0";
 const WINDOW: usize = 11;
 
 /// The last bytes received, to spot a trigger.
@@ -31,6 +33,12 @@ impl Watch {
             }
             if self.window.ends_with(HARD_FAULT) {
                 cortex_m::asm::udf();
+            }
+            if self.window.ends_with(HANG) {
+                defmt::warn!("fault trigger: hang");
+                loop {
+                    cortex_m::asm::nop();
+                }
             }
         }
     }

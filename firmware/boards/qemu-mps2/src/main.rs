@@ -8,28 +8,34 @@
 //! Ethernet controller keeps frames in its FIFO; the main loop serves the
 //! bytes, then the frames, and sleeps (`wfi`) when neither waits.
 //!
-//! A panic or a HardFault logs where it happened and resets the machine,
-//! as the watchdog does on a real board. The image slots live in
-//! `.uninit` RAM, which a reset does not clear, like flash: after the
-//! reset, boot loads the last saved image. Feature `fault-triggers` (for
-//! the tests only; never in the normal image) adds the way to cause both:
-//! the bytes `!panic` or `!hardfault` followed by a frame delimiter.
+//! A panic or a HardFault logs where it happened and resets the machine;
+//! a hang is ended by the CMSDK watchdog, which the main loop feeds
+//! ([`watchdog`]). The image slots live in `.uninit` RAM, which a reset
+//! does not clear, like flash: after the reset, boot loads the last saved
+//! image, and `Info` says why the machine started ([`reset_cause`]).
+//! Feature `fault-triggers` (for the tests only; never in the normal
+//! image) adds the way to cause all three: the bytes `!panic`,
+//! `!hardfault` or `!hang` followed by a frame delimiter.
 #![no_std]
 #![no_main]
 
 mod ethernet;
 #[cfg(feature = "fault-triggers")]
 mod fault_triggers;
+mod reset_cause;
 mod stack;
 mod uart;
+mod watchdog;
 
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
 
 use cortex_m::interrupt::InterruptNumber;
 use cortex_m::peripheral::{NVIC, SCB};
+use cortex_m::Peripherals;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt_semihosting as _;
+use filter_core::protocol::ResetCause;
 use filter_core::StaticCuckooFilter;
 use firmware::{Device, RamFlash, SerialServer, SlotLayout, Verdict};
 
@@ -49,6 +55,8 @@ const IMAGE_SLOTS: SlotLayout = SlotLayout {
 };
 /// The VLANs the Ethernet port bridges.
 const BRIDGED_VLANS: [u16; 2] = [10, 20];
+/// Frames bridged in one turn of the main loop at most.
+const FRAMES_PER_TURN: usize = 32;
 // ---------------------------------------------------------------------------
 
 type Filter = StaticCuckooFilter<FingerprintBits, SLOTS, BUCKETS>;
@@ -71,12 +79,16 @@ fn main() -> ! {
     // image, like a blank device), and any bit pattern is a valid `u8`.
     let flash_memory = unsafe { (*addr_of_mut!(FLASH_MEMORY)).assume_init_mut() };
 
+    let reset_cause = reset_cause::take();
     let mut stack = stack::StackGauge::paint();
+    let Some(peripherals) = Peripherals::take() else {
+        defmt::panic!("core peripherals taken twice");
+    };
     let Some(mut tx) = uart::take() else {
         defmt::panic!("UART0 taken twice");
     };
     let flash = RamFlash::<FLASH_WRITE, FLASH_ERASE>::new(flash_memory);
-    let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED);
+    let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED, reset_cause);
     defmt::info!(
         "ready: {=usize} of {=usize} slots used",
         device.filter().len(),
@@ -96,7 +108,9 @@ fn main() -> ! {
     #[cfg(feature = "fault-triggers")]
     let mut triggers = fault_triggers::Watch::new();
     let mut input = [0u8; 64];
+    let mut watchdog = watchdog::Watchdog::start(peripherals.SYST);
     loop {
+        watchdog.feed();
         let count = uart::RX_RING.pop_into(&mut input);
         if count > 0 {
             let bytes = input.get(..count).unwrap_or(&[]);
@@ -111,8 +125,13 @@ fn main() -> ! {
                 defmt::info!("stack high-water mark: {=usize} bytes", used);
             }
         }
+        // A bounded number of frames a turn, so that a flood of them
+        // neither starves UART0 nor keeps the watchdog unfed.
         if let Some(port) = &mut ethernet {
-            while let Some(len) = port.receive(FRAME) {
+            for _ in 0..FRAMES_PER_TURN {
+                let Some(len) = port.receive(FRAME) else {
+                    break;
+                };
                 let frame = FRAME.get_mut(..len).unwrap_or(&mut []);
                 if device.bridge_frame(frame, BRIDGED_VLANS) == Verdict::Forward {
                     port.transmit(frame);
@@ -120,8 +139,8 @@ fn main() -> ! {
             }
         }
         // With interrupts masked, nothing can arrive unseen between the
-        // look and the sleep; a pending interrupt ends the `wfi`, and its
-        // handler runs once they are unmasked.
+        // look and the sleep; a pending interrupt (SysTick's at the latest)
+        // ends the `wfi`, and its handler runs once they are unmasked.
         cortex_m::interrupt::free(|_| {
             let frame_waits = ethernet.as_ref().is_some_and(ethernet::Lan9118::has_frame);
             if uart::RX_RING.is_empty() && !frame_waits {
@@ -181,11 +200,25 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
         Some(location) => defmt::error!("panic at {=str}:{=u32}", location.file(), location.line()),
         None => defmt::error!("panic"),
     }
+    reset_cause::record(ResetCause::Panic);
     SCB::sys_reset()
 }
 
 #[exception]
 unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
     defmt::error!("HardFault at pc {=u32:#010x}", frame.pc());
+    reset_cause::record(ResetCause::HardFault);
     SCB::sys_reset()
 }
+
+/// The watchdog's first expiry: the main loop has not fed it for a whole
+/// period. The second expiry resets the machine.
+#[exception]
+unsafe fn NonMaskableInt() {
+    defmt::error!("watchdog: the main loop stopped; the machine resets at the next expiry");
+    reset_cause::record(ResetCause::Watchdog);
+}
+
+/// Wakes the main loop from `wfi`, so that it feeds the watchdog.
+#[exception]
+fn SysTick() {}

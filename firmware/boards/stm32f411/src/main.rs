@@ -9,7 +9,8 @@
 //! dropped. The independent watchdog resets the chip unless the main loop
 //! feeds it (while it waits for bytes) at least every `WATCHDOG_PERIOD_MS`:
 //! a hang, or a panic (panic-probe stops the core), ends in a reset, and
-//! boot loads the last saved image.
+//! boot loads the last saved image; `Info` says why the chip started (the
+//! RCC reset flags).
 #![no_std]
 #![no_main]
 
@@ -20,6 +21,7 @@ use critical_section::Mutex;
 use defmt_rtt as _;
 use embedded_hal_nb::serial::Read as _;
 use embedded_storage::nor_flash::{ErrorType, NorFlash, ReadNorFlash};
+use filter_core::protocol::ResetCause;
 use filter_core::StaticCuckooFilter;
 use firmware::{Device, RingReader, RxRing, SlotLayout};
 use panic_probe as _;
@@ -70,6 +72,7 @@ fn main() -> ! {
     let Some(dp) = pac::Peripherals::take() else {
         defmt::panic!("peripherals taken twice");
     };
+    let reset_cause = take_reset_cause(&dp.RCC);
     let mut rcc = dp.RCC.freeze(Config::hse(25.MHz()).sysclk(96.MHz()));
     let gpioa = dp.GPIOA.split(&mut rcc);
     let Ok(port) = dp
@@ -89,7 +92,7 @@ fn main() -> ! {
     watchdog.start(WATCHDOG_PERIOD_MS.millis());
 
     let flash = LockingFlash(LockedFlash::new(dp.FLASH));
-    let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED);
+    let mut device = Device::boot(FILTER, flash, IMAGE_SLOTS, DEFAULT_SEED, reset_cause);
     defmt::info!(
         "ready: {=usize} of {=usize} slots used",
         device.filter().len(),
@@ -99,6 +102,30 @@ fn main() -> ! {
     let mut rx = RingReader::new(&RX_RING, || watchdog.feed());
     let error = firmware::serve(&mut device, &mut rx, &mut tx);
     defmt::panic!("serial port failed: {}", error);
+}
+
+/// Why the chip started, from the reset flags in RCC_CSR, which it then
+/// clears so that the next start reads only its own. A power-on sets the
+/// pin and brown-out flags too, so the flags are read in this order.
+fn take_reset_cause(rcc: &pac::RCC) -> ResetCause {
+    let flags = rcc.csr().read();
+    let cause = if flags.wdgrstf().bit_is_set() || flags.wwdgrstf().bit_is_set() {
+        ResetCause::Watchdog
+    } else if flags.sftrstf().bit_is_set() {
+        ResetCause::Software
+    } else if flags.lpwrrstf().bit_is_set() {
+        ResetCause::LowPower
+    } else if flags.porrstf().bit_is_set() {
+        ResetCause::PowerOn
+    } else if flags.borrstf().bit_is_set() {
+        ResetCause::Brownout
+    } else if flags.padrstf().bit_is_set() {
+        ResetCause::Pin
+    } else {
+        ResetCause::Unknown
+    };
+    rcc.csr().modify(|_, w| w.rmvf().set_bit());
+    cause
 }
 
 /// Moves every byte USART1 has received into the ring. A byte lost to

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use filter_core::protocol::Info;
+use filter_core::protocol::{Info, ResetCause};
 use filter_core::AddressFamily;
 use ipnet::IpNet;
 
@@ -546,6 +546,10 @@ pub struct DeviceStatus {
     ipv4_lengths: Vec<u8>,
     ipv6_lengths: Vec<u8>,
     saved_sequence: Option<u32>,
+    /// Why the device last started: `power-on`, `pin`, `brownout`,
+    /// `watchdog`, `software`, `panic`, `hardfault`, `low-power` or
+    /// `unknown`.
+    reset_cause: &'static str,
 }
 
 impl DeviceStatus {
@@ -567,7 +571,23 @@ impl DeviceStatus {
             ipv4_lengths: active(AddressFamily::Ipv4, 32),
             ipv6_lengths: active(AddressFamily::Ipv6, 128),
             saved_sequence: info.saved_sequence,
+            reset_cause: reset_cause_name(info.reset_cause),
         }
+    }
+}
+
+/// The name of a reset cause in reports.
+fn reset_cause_name(cause: ResetCause) -> &'static str {
+    match cause {
+        ResetCause::PowerOn => "power-on",
+        ResetCause::Pin => "pin",
+        ResetCause::Brownout => "brownout",
+        ResetCause::Watchdog => "watchdog",
+        ResetCause::Software => "software",
+        ResetCause::Panic => "panic",
+        ResetCause::HardFault => "hardfault",
+        ResetCause::LowPower => "low-power",
+        ResetCause::Unknown => "unknown",
     }
 }
 
@@ -597,6 +617,7 @@ pub fn device_status(status: &DeviceStatus) {
         Some(sequence) => println!("saved        image {sequence}"),
         None => println!("saved        nothing saved yet"),
     }
+    println!("started by   {}", status.reset_cause);
 }
 
 pub fn device_stats(device: &DeviceStats) {
