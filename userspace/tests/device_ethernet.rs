@@ -11,6 +11,15 @@
 //! not IP, untagged or of another VLAN go where the bridge's rules say.
 //! Needs `qemu-system-arm` and `defmt-print` (`./x setup`).
 //!
+//! The agreement test gives the same frames (valid ones from listed and
+//! unlisted sources under one or two tags, and thousands of mutations of
+//! them: bytes changed anywhere past the outer tag, frames cut short) to
+//! the firmware's bridge in QEMU and to the XDP program in this kernel
+//! (`BPF_PROG_TEST_RUN`), both listing the same networks, and checks
+//! that the two builds of the one parser decide every frame alike: what
+//! the bridge forwards is what XDP passes, and the counters by outcome and
+//! family are equal.
+//!
 //! The frames never reach a kernel's network stack; the kernel here has
 //! no 802.1Q support, so hosts on VLAN interfaces could not ping through
 //! the bridge.
@@ -24,6 +33,9 @@ use std::time::Duration;
 
 use cfctl::device::DeviceClient;
 use cfctl::netlist::{parse_file, ParseOptions};
+use cfctl::xdp::test_run::XdpAction;
+use cfctl::{Family, MalformedAction, Outcome};
+use common::blocklist_with;
 use common::cli::binary;
 use common::qemu::{firmware_elf, repo_root, Qemu};
 use etherparse::PacketBuilder;
@@ -364,4 +376,171 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
     drop(client);
     let log = qemu.stop_and_decode_log(&elf);
     assert!(!log.contains("no LAN9118"), "{log}");
+}
+
+/// Networks both data planes list in the agreement test.
+fn agreement_list() -> Vec<IpNet> {
+    [
+        "198.18.64.0/18",
+        "198.19.7.0/24",
+        "198.19.200.17/32",
+        "2001:db8:40::/48",
+        "2001:db8:9:1::/64",
+        "2001:db8::77/128",
+    ]
+    .iter()
+    .map(|net| net.parse().expect("a network"))
+    .collect()
+}
+
+/// The agreement test's frames, all on VLAN 10 under an 802.1Q outer tag
+/// (so that the bridge takes each one): datagrams from listed and
+/// unlisted sources under one tag, two tags, and an 802.1ad tag inside
+/// the outer one, and `MUTANTS` mutations of each
+/// (one to three bytes past the outer tag set at random, and one in three
+/// also cut short, never below 60 bytes, which no one pads), without
+/// duplicates.
+fn agreement_frames(rng: &mut StdRng) -> Vec<Vec<u8>> {
+    const MUTANTS: usize = 24;
+    let sources: Vec<IpAddr> = [
+        "198.18.64.1",
+        "198.18.127.254",
+        "198.19.7.9",
+        "198.19.200.17",
+        "198.19.200.18",
+        "198.18.1.1",
+        "2001:db8:40::1",
+        "2001:db8:40:ffff::9",
+        "2001:db8:9:1::1",
+        "2001:db8::77",
+        "2001:db8::78",
+        "2001:db8:41::1",
+    ]
+    .iter()
+    .map(|address| address.parse().expect("an address"))
+    .collect();
+    let mut frames = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut keep = |frame: Vec<u8>, frames: &mut Vec<Vec<u8>>| {
+        if seen.insert(frame.clone()) {
+            frames.push(frame);
+        }
+    };
+    for (index, &source) in sources.iter().enumerate() {
+        let plain = datagram(source, index as u32);
+        let mut inner_ad = tagged(&plain, &[VLANS[0], 7]);
+        inner_ad[16..18].copy_from_slice(&0x88a8u16.to_be_bytes());
+        for base in [
+            tagged(&plain, &[VLANS[0]]),
+            tagged(&plain, &[VLANS[0], 7]),
+            inner_ad,
+        ] {
+            keep(base.clone(), &mut frames);
+            for _ in 0..MUTANTS {
+                let mut mutant = base.clone();
+                for _ in 0..rng.random_range(1..=3) {
+                    let at = rng.random_range(16..mutant.len().min(80));
+                    mutant[at] = rng.random();
+                }
+                if rng.random_range(0..3) == 0 && mutant.len() > 60 {
+                    let len = rng.random_range(60..mutant.len());
+                    mutant.truncate(len);
+                }
+                keep(mutant, &mut frames);
+            }
+        }
+    }
+    frames
+}
+
+#[test]
+fn the_firmware_bridge_and_the_xdp_program_decide_every_frame_alike() {
+    let list = agreement_list();
+    let mut xdp = blocklist_with(&list);
+    // As cfctl attaches it (the bridge drops malformed frames too).
+    xdp.live().set_malformed_action(MalformedAction::Drop);
+    let elf = firmware_elf();
+    let (mut qemu, stream, port) = Qemu::boot_with_ethernet(&elf);
+    let mut client = DeviceClient::new(stream, Duration::from_secs(5));
+    client.hello().expect("hello");
+    let items: Vec<Item> = list
+        .iter()
+        .map(|net| {
+            Item::Net(match net {
+                IpNet::V4(net) => Prefix::V4 {
+                    address: net.addr().octets(),
+                    len: net.prefix_len(),
+                },
+                IpNet::V6(net) => Prefix::V6 {
+                    address: net.addr().octets(),
+                    len: net.prefix_len(),
+                },
+            })
+        })
+        .collect();
+    assert_eq!(client.add_batch(&items).expect("listing"), list.len());
+
+    let mut rng = StdRng::seed_from_u64(0xa9_2ee5);
+    let frames = agreement_frames(&mut rng);
+    assert!(frames.len() > 800, "{} frames", frames.len());
+    let mut trunk = Trunk::new(port);
+    let mut markers = Vec::new();
+    for window in frames.chunks(WINDOW) {
+        markers.push(trunk.send_window(window));
+    }
+    let mut passed_by_xdp = 0;
+    for frame in &frames {
+        let action = xdp.test_run(frame, 1).expect("a test run").action;
+        let forwarded_times = trunk
+            .received
+            .remove(&forwarded(frame, VLANS[0]))
+            .unwrap_or(0);
+        assert!(
+            matches!(
+                (action, forwarded_times),
+                (XdpAction::Pass, 1) | (XdpAction::Drop, 0)
+            ),
+            "XDP {action:?}, the bridge forwarded it {forwarded_times} times: {frame:02x?}"
+        );
+        passed_by_xdp += usize::from(action == XdpAction::Pass);
+    }
+    assert!(trunk.received.is_empty(), "frames no one sent came back");
+    assert!(
+        passed_by_xdp > 0 && passed_by_xdp < frames.len(),
+        "the corpus has frames of both verdicts ({passed_by_xdp} passed)"
+    );
+
+    // The counters, but for the markers (unlisted IPv4, passed), which
+    // only the bridge saw.
+    let mut traffic = client.traffic().expect("the frame counters");
+    let markers: Vec<&Vec<u8>> = markers.iter().collect();
+    let marker_count = count(&markers);
+    traffic.ipv4.passed.frames -= marker_count.frames;
+    traffic.ipv4.passed.bytes -= marker_count.bytes;
+    let counters = xdp.maps().counters().expect("the XDP counters");
+    let xdp_count = |outcome, family| {
+        let counter = counters.get(outcome, family);
+        FrameCount {
+            frames: counter.packets,
+            bytes: counter.bytes,
+        }
+    };
+    let by_family = |family| filter_core::protocol::FamilyTraffic {
+        passed: xdp_count(Outcome::Passed, family),
+        dropped: xdp_count(Outcome::Dropped, family),
+        malformed: xdp_count(Outcome::Malformed, family),
+    };
+    let from_xdp = Traffic {
+        ipv4: by_family(Family::Ipv4),
+        ipv6: by_family(Family::Ipv6),
+        non_ip: xdp_count(Outcome::NonIp, Family::Other),
+        malformed: xdp_count(Outcome::Malformed, Family::Other),
+        ignored: FrameCount::default(),
+    };
+    assert_eq!(
+        traffic, from_xdp,
+        "the bridge's counters and the XDP program's"
+    );
+    drop(client);
+    qemu.stop_and_decode_log(&elf);
 }
