@@ -181,15 +181,6 @@ filter_shapes! {
     Fingerprint32: u32, 4, cfxdp_fp32, cftc_in_fp32, cftc_out_fp32, FILTERS_FP32;
 }
 
-/// Which way the packets a TC program sees travel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TrafficDirection {
-    /// Arriving on the interface.
-    Ingress,
-    /// Leaving by the interface.
-    Egress,
-}
-
 impl FilterShape {
     /// The shape for a fingerprint width, if there is one.
     pub const fn from_bits(bits: u32) -> Option<Self> {
@@ -280,6 +271,18 @@ macro_rules! setting {
             }
         }
     };
+}
+
+setting! {
+    /// Which way the packets a program sees travel: the XDP program's and
+    /// the TC ingress program's arrive, the TC egress program's leave. The
+    /// outer dimension of the counters.
+    pub enum TrafficDirection {
+        /// Arriving on the interface.
+        Ingress = 0 => "ingress",
+        /// Leaving by the interface.
+        Egress = 1 => "egress",
+    }
 }
 
 setting! {
@@ -438,7 +441,7 @@ pub fn read_once<T: Copy>(field: &T) -> T {
 /// The version of everything a loaded program and its control plane share:
 /// this crate's map layouts and `filter-core`'s bucket layout and hash.
 /// Change it with any of them.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Packets and bytes of one counter, per CPU.
 #[repr(C)]
@@ -482,13 +485,17 @@ setting! {
     }
 }
 
-/// Number of counters (outcomes times families).
-pub const COUNTER_COUNT: usize = <Outcome as Setting>::ALL.len() * <Family as Setting>::ALL.len();
+/// Number of counters (directions times outcomes times families).
+pub const COUNTER_COUNT: usize = <TrafficDirection as Setting>::ALL.len()
+    * <Outcome as Setting>::ALL.len()
+    * <Family as Setting>::ALL.len();
 
-/// Index of the counter of `outcome` for `family`.
+/// Index of the counter of `outcome` for `family` in `direction`.
 #[inline(always)]
-pub const fn counter_index(outcome: Outcome, family: Family) -> u32 {
-    outcome as u32 * <Family as Setting>::ALL.len() as u32 + family as u32
+pub const fn counter_index(direction: TrafficDirection, outcome: Outcome, family: Family) -> u32 {
+    let outcomes = <Outcome as Setting>::ALL.len() as u32;
+    let families = <Family as Setting>::ALL.len() as u32;
+    (direction as u32 * outcomes + outcome as u32) * families + family as u32
 }
 
 /// Most frame bytes a [`DropEvent`] carries.

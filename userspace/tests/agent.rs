@@ -604,7 +604,7 @@ fn metrics_are_served_and_parse() {
         ),
         ("cfctl_feed_up{feed=\"m\"}", 1.0),
         (
-            "cfctl_packets_total{family=\"ipv4\",outcome=\"dropped\"}",
+            "cfctl_packets_total{direction=\"ingress\",family=\"ipv4\",outcome=\"dropped\"}",
             1.0,
         ),
         ("cfctl_filter_fingerprints", 1.0),

@@ -390,6 +390,9 @@ fn both_directions_on_the_tc_hook(subnet: u8, mode: &str) {
         &network.v6(3).to_string(),
     ]);
     check_outgoing(&network, &peer, true);
+    // What it drops leaving is counted as egress.
+    assert!(cfctl.packets_in("egress", "dropped", "ipv4") > 0);
+    assert_eq!(cfctl.packets_in("ingress", "dropped", "ipv4"), 0);
     // Pings from a listed peer arrive, and their replies are dropped.
     assert!(
         !network.ping(network.v4(3), network.v4(1)),

@@ -58,8 +58,8 @@ use cfxdp::{
     packet::{parse, Direction, Frame, Ipv6Address, PacketBytes, MAX_PARSED_BYTES},
     prefilter::{skip_bit, Prefilter},
     read_once, Config, Counter, DropEvent, Family, MalformedAction, Mode, Outcome, Policy, Sampler,
-    COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, DROP_EVENTS_RING_BYTES, FILTER_TABLE_FLAGS,
-    MAX_EVENT_FRAME_BYTES, NO_PREFIX, PROFILE_COUNT,
+    TrafficDirection, COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, DROP_EVENTS_RING_BYTES,
+    FILTER_TABLE_FLAGS, MAX_EVENT_FRAME_BYTES, NO_PREFIX, PROFILE_COUNT,
 };
 use filter_core::{
     layout::{buckets_contain, locate},
@@ -88,7 +88,7 @@ macro_rules! shape_programs {
 
             #[xdp]
             pub fn $program(ctx: XdpContext) -> u32 {
-                if run(&ctx, &$outer_map, direction()) {
+                if run(&ctx, &$outer_map, TrafficDirection::Ingress) {
                     xdp_action::XDP_DROP
                 } else {
                     xdp_action::XDP_PASS
@@ -97,12 +97,12 @@ macro_rules! shape_programs {
 
             #[classifier]
             pub fn $tc_ingress(ctx: TcContext) -> i32 {
-                run_tc(&ctx, &$outer_map, direction())
+                run_tc(&ctx, &$outer_map, TrafficDirection::Ingress)
             }
 
             #[classifier]
             pub fn $tc_egress(ctx: TcContext) -> i32 {
-                run_tc(&ctx, &$outer_map, direction().opposite())
+                run_tc(&ctx, &$outer_map, TrafficDirection::Egress)
             }
         )*
     };
@@ -205,7 +205,7 @@ impl Hook for TcContext {
 fn run_tc<F: Fingerprint, const S: usize>(
     ctx: &TcContext,
     tables: &Tables<F, S>,
-    direction: Direction,
+    traffic: TrafficDirection,
 ) -> i32 {
     let linear = ctx.data_end() - ctx.data();
     let len = ctx.len() as usize;
@@ -213,25 +213,31 @@ fn run_tc<F: Fingerprint, const S: usize>(
         // A failed pull leaves the packet as it was: parsed as it is.
         let _ = ctx.pull_data(len.min(MAX_PARSED_BYTES) as u32);
     }
-    if run(ctx, tables, direction) {
+    if run(ctx, tables, traffic) {
         TC_ACT_SHOT
     } else {
         TC_ACT_UNSPEC
     }
 }
 
-/// Checks the frame and counts it; whether to drop it.
+/// Checks the frame travelling in `traffic` (its source arriving, its
+/// destination leaving, or the other way round with `MATCH_DESTINATION`)
+/// and counts it; whether to drop it.
 #[inline(always)]
 fn run<H: Hook, F: Fingerprint, const S: usize>(
     ctx: &H,
     tables: &Tables<F, S>,
-    direction: Direction,
+    traffic: TrafficDirection,
 ) -> bool {
     let bytes = ctx.frame_len();
     let Some(config) = CONFIG.get(0) else {
         return false;
     };
-    let (outcome, family, address, hit) = match parse(ctx, direction) {
+    let matched = match traffic {
+        TrafficDirection::Ingress => direction(),
+        TrafficDirection::Egress => direction().opposite(),
+    };
+    let (outcome, family, address, hit) = match parse(ctx, matched) {
         Frame::NonIp => (Outcome::NonIp, Family::Other, None, NO_PREFIX),
         Frame::Malformed(family) => (Outcome::Malformed, family, None, NO_PREFIX),
         Frame::Ipv4(address) => {
@@ -245,7 +251,7 @@ fn run<H: Hook, F: Fingerprint, const S: usize>(
             (outcome, Family::Ipv6, Some(address), hit)
         }
     };
-    count(outcome, family, bytes);
+    count(traffic, outcome, family, bytes);
     let (drop, sampled) = match outcome {
         Outcome::Dropped => (true, true),
         Outcome::WouldDrop => (false, true),
@@ -490,8 +496,8 @@ fn sample<H: Hook>(
 }
 
 #[inline(always)]
-fn count(outcome: Outcome, family: Family, bytes: u64) {
-    if let Some(counter) = COUNTERS.get_ptr_mut(counter_index(outcome, family)) {
+fn count(traffic: TrafficDirection, outcome: Outcome, family: Family, bytes: u64) {
+    if let Some(counter) = COUNTERS.get_ptr_mut(counter_index(traffic, outcome, family)) {
         // SAFETY: a per-CPU element, only this CPU writes it.
         unsafe {
             (*counter).packets += 1;

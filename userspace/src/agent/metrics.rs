@@ -8,7 +8,7 @@
 //! refreshes, LAPI pulls, update latency) are kept in metrics its
 //! passes update. A series, once shown, stays until what it counts is gone
 //! from the configuration: a source with no entries shows 0. The data
-//! plane's numbers (packets and bytes by outcome and family, the filter's
+//! plane's numbers (packets and bytes by direction, outcome and family, the filter's
 //! load and expected false-positive rate) are read from the pinned maps at
 //! each scrape ([`DataPlane`]), without the store, so a scrape never waits
 //! for an update.
@@ -324,18 +324,18 @@ impl DataPlaneFamilies {
         let counters = |name: &str, help: &str| {
             defined(IntCounterVec::new(
                 Opts::new(name, help),
-                &["outcome", "family"],
+                &["direction", "outcome", "family"],
             ))
         };
         let gauge = |name: &str, help: &str| defined(Gauge::new(name, help));
         Self {
             packets: counters(
                 "cfctl_packets_total",
-                "Packets seen by the XDP program, by outcome and family",
+                "Packets the blocklist programs saw (XDP, TC), by direction (ingress, egress), outcome and family",
             ),
             bytes: counters(
                 "cfctl_bytes_total",
-                "Bytes seen by the XDP program (whole frames), by outcome and family",
+                "Bytes the blocklist programs saw (whole frames), by direction, outcome and family",
             ),
             samples: defined(IntCounterVec::new(
                 Opts::new(
@@ -402,7 +402,11 @@ impl Collector for DataPlane {
         let mut collected = Vec::new();
         if let Ok(counters) = read_counters(&self.pin_dir) {
             for counter in &counters {
-                let labels = [counter.outcome.name(), counter.family.name()];
+                let labels = [
+                    counter.direction.name(),
+                    counter.outcome.name(),
+                    counter.family.name(),
+                ];
                 families
                     .packets
                     .with_label_values(&labels)

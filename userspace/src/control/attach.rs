@@ -25,10 +25,10 @@ use crate::store::ListKind;
 use crate::xdp::maps::SharedMaps;
 use crate::xdp::pins::{interface_index, interface_mtu};
 use crate::xdp::{
-    direction_name, os_error_code, AttachPoint, FilterProgram, HookHolder, LiveFilter, LoadOptions,
-    PinDir, Sampling, TrafficDirection, XdpError,
+    os_error_code, AttachPoint, FilterProgram, HookHolder, LiveFilter, LoadOptions, PinDir,
+    Sampling, TrafficDirection, XdpError,
 };
-use crate::{MalformedAction, Mode};
+use crate::{MalformedAction, Mode, Setting};
 
 impl Control {
     /// Builds the filter from the store and attaches the program to every
@@ -122,7 +122,7 @@ impl Control {
         report: &mut AttachReport,
     ) -> Result<()> {
         let existing = self.pins.attachments();
-        let direction = direction_name(point.direction());
+        let direction = point.direction().name();
         for (interface, &index) in interfaces.iter().zip(indexes) {
             let there = existing
                 .iter()

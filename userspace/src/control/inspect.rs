@@ -14,7 +14,7 @@ use super::Control;
 use crate::plan::{CheckReport, CheckVerdict, KeyPlan, PlanLimits};
 use crate::store::{Entry, ListKind};
 use crate::time::unix_seconds;
-use crate::xdp::{LiveFilter, PinDir};
+use crate::xdp::{LiveFilter, PinDir, TrafficDirection};
 use crate::{Family, Outcome, Setting};
 
 impl Control {
@@ -222,12 +222,22 @@ pub fn live_summary(pin_dir: &Path) -> Option<crate::filter::TableSummary> {
 /// needed, so this works while another cfctl holds it).
 pub fn read_counters(pin_dir: &Path) -> Result<Vec<CounterRecord>> {
     let counters = open_pinned(pin_dir)?.counters()?;
-    Ok(Outcome::ALL
+    Ok(TrafficDirection::ALL
         .iter()
-        .flat_map(|&outcome| Family::ALL.iter().map(move |&family| (outcome, family)))
-        .map(|(outcome, family)| {
-            let counter = counters.get(outcome, family);
+        .flat_map(|&direction| {
+            Outcome::ALL
+                .iter()
+                .map(move |&outcome| (direction, outcome))
+        })
+        .flat_map(|(direction, outcome)| {
+            Family::ALL
+                .iter()
+                .map(move |&family| (direction, outcome, family))
+        })
+        .map(|(direction, outcome, family)| {
+            let counter = counters.get_in(direction, outcome, family);
             CounterRecord {
+                direction,
                 outcome,
                 family,
                 packets: counter.packets,

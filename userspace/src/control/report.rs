@@ -13,7 +13,7 @@ pub use crate::filter::TableSummary;
 use crate::store::Entry;
 use crate::time::unix_seconds;
 pub use crate::xdp::pins::Attachment;
-use crate::xdp::{SamplerCounts, Sampling};
+use crate::xdp::{SamplerCounts, Sampling, TrafficDirection};
 use crate::{Family, MalformedAction, MatchAddress, Mode, Outcome, Policy};
 
 /// What an attach did.
@@ -252,6 +252,10 @@ pub struct SourceCount {
 /// Packets and bytes of one counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct CounterRecord {
+    /// Which way the packets travelled: `ingress` (the XDP hook, the TC
+    /// ingress hook) or `egress`.
+    #[serde(with = "crate::setting_names")]
+    pub direction: TrafficDirection,
     /// The outcome.
     #[serde(with = "crate::setting_names")]
     pub outcome: Outcome,

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::error::{ControlError, Result};
-use super::inspect::{open_pinned, read_counters};
+use super::inspect::open_pinned;
 use crate::drops::Exact;
 use crate::xdp::{DropEvents, PinDir, SamplerCounts};
-use crate::{DropEvent, Family, Outcome};
+use crate::{DropEvent, Family, Outcome, Setting};
 
 /// The reader lock's file name in the state directory.
 pub const LOCK_FILE: &str = "drops.lock";
@@ -125,14 +125,18 @@ impl DropReader {
 /// The exact drop counters of the blocklist pinned in `pin_dir` by
 /// outcome and family, and the drops its sampler skipped or lost.
 pub fn exact_drops(pin_dir: &Path) -> Result<ExactDrops> {
-    let counters = read_counters(pin_dir)?
-        .into_iter()
-        .map(|counter| {
+    // Both directions' drops together.
+    let both = open_pinned(pin_dir)?.counters()?;
+    let counters = Outcome::ALL
+        .iter()
+        .flat_map(|&outcome| Family::ALL.iter().map(move |&family| (outcome, family)))
+        .map(|(outcome, family)| {
+            let counter = both.get(outcome, family);
             let exact = Exact {
                 packets: counter.packets,
                 bytes: counter.bytes,
             };
-            ((counter.outcome, counter.family), exact)
+            ((outcome, family), exact)
         })
         .collect();
     let sampler = sampler_counts(pin_dir)?;

@@ -20,8 +20,9 @@ use aya::Ebpf;
 use cfxdp::prefilter::{skip_bit, Prefilter};
 use cfxdp::{
     counter_index, Config, Counter, Family, FilterProfile, FilterShape, MalformedAction, Mode,
-    Outcome, Policy, Setting, ABI_VERSION, ALLOW_V4_MAP, ALLOW_V6_MAP, CONFIG_MAP, COUNTERS_MAP,
-    DROP_EVENTS_MAP, MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT, SAMPLERS_MAP,
+    Outcome, Policy, Setting, TrafficDirection, ABI_VERSION, ALLOW_V4_MAP, ALLOW_V6_MAP,
+    CONFIG_MAP, COUNTERS_MAP, DROP_EVENTS_MAP, MAX_PREFIX_LENGTHS, PREFILTER_MAP, PROFILE_COUNT,
+    SAMPLERS_MAP,
 };
 use filter_core::AddressFamily;
 
@@ -88,19 +89,30 @@ fn with_prefilter_decision(profile: &FilterProfile, prefilter: &Prefilter) -> Fi
     }
 }
 
-/// Packets and bytes per outcome and family, summed over CPUs.
+/// Packets and bytes per direction, outcome and family, summed over CPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     values: Vec<Counter>,
 }
 
 impl Counters {
-    /// The counter of `outcome` for `family`.
-    pub fn get(&self, outcome: Outcome, family: Family) -> Counter {
+    /// The counter of `outcome` for `family` in `direction`.
+    pub fn get_in(&self, direction: TrafficDirection, outcome: Outcome, family: Family) -> Counter {
         self.values
-            .get(counter_index(outcome, family) as usize)
+            .get(counter_index(direction, outcome, family) as usize)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// The counter of `outcome` for `family`, both directions together.
+    pub fn get(&self, outcome: Outcome, family: Family) -> Counter {
+        TrafficDirection::ALL
+            .iter()
+            .map(|&direction| self.get_in(direction, outcome, family))
+            .fold(Counter::default(), |sum, counter| Counter {
+                packets: sum.packets + counter.packets,
+                bytes: sum.bytes + counter.bytes,
+            })
     }
 }
 

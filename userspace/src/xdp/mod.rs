@@ -398,11 +398,3 @@ impl AttachPoint {
         }
     }
 }
-
-/// A direction's name: `ingress` or `egress`.
-pub const fn direction_name(direction: TrafficDirection) -> &'static str {
-    match direction {
-        TrafficDirection::Ingress => "ingress",
-        TrafficDirection::Egress => "egress",
-    }
-}

@@ -32,7 +32,8 @@ use super::maps::FilterMaps;
 use super::program::{
     attach_pinned_program, detach_pinned, pinned_program, FilterProgram, PINNED_PROGRAM,
 };
-use super::{direction_name, AttachPoint, LiveFilter, Result, XdpError};
+use super::{AttachPoint, LiveFilter, Result, XdpError};
+use crate::Setting;
 
 /// The subdirectory holding one link per interface.
 const LINKS_DIR: &str = "links";
@@ -178,7 +179,7 @@ impl PinDir {
                 let attachment = Attachment {
                     interface: interface.to_owned(),
                     hook: point.hook(),
-                    direction: direction_name(point.direction()),
+                    direction: point.direction().name(),
                     mode: point.mode(),
                     point,
                     present: ifindex.is_some_and(|index| index != 0),

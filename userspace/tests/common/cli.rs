@@ -103,15 +103,25 @@ impl Cfctl {
         }
     }
 
-    /// Packets of `outcome`/`family` in `cfctl stats --json`.
-    pub fn packets(&self, outcome: &str, family: &str) -> u64 {
+    /// Packets of `outcome`/`family` in `cfctl stats --json`, in
+    /// `direction` (`ingress` or `egress`).
+    pub fn packets_in(&self, direction: &str, outcome: &str, family: &str) -> u64 {
         self.json(&["stats"])
             .as_array()
             .expect("a list of counters")
             .iter()
-            .find(|counter| counter["outcome"] == outcome && counter["family"] == family)
+            .find(|counter| {
+                counter["direction"] == direction
+                    && counter["outcome"] == outcome
+                    && counter["family"] == family
+            })
             .and_then(|counter| counter["packets"].as_u64())
             .expect("the counter")
+    }
+
+    /// Packets of `outcome`/`family` in `cfctl stats --json`, arriving.
+    pub fn packets(&self, outcome: &str, family: &str) -> u64 {
+        self.packets_in("ingress", outcome, family)
     }
 
     pub fn state_dir(&self) -> &Path {

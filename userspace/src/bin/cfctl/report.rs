@@ -474,7 +474,8 @@ fn agent(status: &FullStatus) {
 pub fn counters(counters: &[CounterRecord], seconds: Option<f64>) {
     let unit = if seconds.is_some() { "/s" } else { "" };
     println!(
-        "{:<12} {:<6} {:>14} {:>16}",
+        "{:<8} {:<12} {:<6} {:>14} {:>16}",
+        "",
         "outcome",
         "family",
         format!("packets{unit}"),
@@ -492,7 +493,8 @@ pub fn counters(counters: &[CounterRecord], seconds: Option<f64>) {
             None => (thousands(counter.packets), thousands(counter.bytes)),
         };
         println!(
-            "{:<12} {:<6} {packets:>14} {bytes:>16}",
+            "{:<8} {:<12} {:<6} {packets:>14} {bytes:>16}",
+            counter.direction.name(),
             counter.outcome.name(),
             counter.family.name()
         );
