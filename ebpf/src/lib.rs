@@ -286,6 +286,16 @@ setting! {
 }
 
 setting! {
+    /// The hook a program runs on ([`DropEvent::hook`]).
+    pub enum ProgramHook {
+        /// The XDP hook (in the driver or in the generic stack).
+        Xdp = 0 => "xdp",
+        /// The TC hook (a tcx link or a clsact filter).
+        Tc = 1 => "tc",
+    }
+}
+
+setting! {
     /// What the program does with a packet that would be dropped
     /// ([`Config::mode`]).
     pub enum Mode {
@@ -528,8 +538,12 @@ pub struct DropEvent {
     /// crossed (TC: `ifindex`, arriving or leaving).
     pub ifindex: u32,
     /// The receive queue it arrived on (XDP: `rx_queue_index`), or its
-    /// queue mapping (TC).
-    pub rx_queue: u32,
+    /// queue mapping (TC); both fit 16 bits.
+    pub rx_queue: u16,
+    /// A [`TrafficDirection`]: arriving or leaving.
+    pub direction: u8,
+    /// A [`ProgramHook`]: the hook of the program that dropped it.
+    pub hook: u8,
     /// A [`Family`].
     pub family: u8,
     /// An [`Outcome`]: `Dropped`, `WouldDrop` or `Malformed`.

@@ -81,5 +81,5 @@ pub mod xdp;
 pub use cfxdp::packet::MAX_VLAN_TAGS;
 pub use cfxdp::{
     DropEvent, Family, FilterProfile, FilterShape, MalformedAction, MatchAddress, Mode, Outcome,
-    Policy, Setting, NO_PREFIX,
+    Policy, ProgramHook, Setting, TrafficDirection, NO_PREFIX,
 };

@@ -9,62 +9,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::agent;
-use common::cli::{attached, Cfctl};
+use common::cli::{attached, output_of, Cfctl, PATIENCE};
 use common::netns::TestNetwork;
 use common::{udp_frame, Tags};
-
-/// The longest any wait of these tests lasts before it fails the test.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Waits until a cfctl process holds the sampled drops' reader lock.
-fn wait_until_reading(cfctl: &Cfctl) {
-    let path = cfctl.state_dir().join("drops.lock");
-    let started = Instant::now();
-    loop {
-        if let Ok(lock) = OpenOptions::new().write(true).open(&path) {
-            // SAFETY: flock on a descriptor this test owns.
-            let free = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-            if !free {
-                return;
-            }
-        }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "nothing reads the sampled drops"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits for `child` to end by itself (killing it and failing the test
-/// after [`PATIENCE`]); its standard output.
-fn output_of(child: Child) -> String {
-    let started = Instant::now();
-    let mut child = child;
-    while child.try_wait().expect("waiting for cfctl").is_none() {
-        if started.elapsed() > PATIENCE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("cfctl did not end");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().expect("reading cfctl's output");
-    assert!(
-        output.status.success(),
-        "cfctl failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 output")
-}
 
 /// `count` frames from each of the addresses `198.18.SUBNET.first..`,
 /// `hosts` of them, in turn.
@@ -113,25 +66,7 @@ fn stats_by_source_of(
     frames: &[Vec<u8>],
     count: u64,
 ) -> serde_json::Value {
-    let count = count.to_string();
-    let stats = cfctl
-        .command(&[
-            "--json",
-            "stats",
-            "--by",
-            "source",
-            "--count",
-            &count,
-            "--seconds",
-            "60",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting cfctl stats");
-    wait_until_reading(cfctl);
-    network.send_frames(frames);
-    serde_json::from_str(&output_of(stats)).expect("JSON")
+    cfctl.stats_by_during("source", count, || network.send_frames(frames))
 }
 
 /// Packets by origin in a `stats --by source --json` report.
@@ -274,7 +209,7 @@ fn capture_writes_the_dropped_frames_as_pcap() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting cfctl capture");
-    wait_until_reading(&cfctl);
+    cfctl.wait_until_reading();
     let frames = frames_from(181, 1, 200, 1000);
     network.send_frames(&frames);
     output_of(capture);
@@ -344,7 +279,7 @@ fn top_shows_the_sources_dropped_most_under_tmux() {
         "tmux: {}",
         String::from_utf8_lossy(&started.stderr)
     );
-    wait_until_reading(&cfctl);
+    cfctl.wait_until_reading();
     network.send_frames(&split_traffic(182, 100));
     let started = Instant::now();
     loop {

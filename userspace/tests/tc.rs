@@ -390,9 +390,18 @@ fn both_directions_on_the_tc_hook(subnet: u8, mode: &str) {
         &network.v6(3).to_string(),
     ]);
     check_outgoing(&network, &peer, true);
-    // What it drops leaving is counted as egress.
+    // What it drops leaving is counted, and sampled, as egress on TC.
     assert!(cfctl.packets_in("egress", "dropped", "ipv4") > 0);
     assert_eq!(cfctl.packets_in("ingress", "dropped", "ipv4"), 0);
+    let by_interface = cfctl.stats_by_during("interface", 1, || {
+        check_outgoing(&network, &peer, true);
+    });
+    let row = &by_interface["interfaces"][0];
+    assert_eq!(
+        (&row["interface"], &row["direction"], &row["hook"]),
+        (&host.into(), &"egress".into(), &"tc".into()),
+        "{by_interface}"
+    );
     // Pings from a listed peer arrive, and their replies are dropped.
     assert!(
         !network.ping(network.v4(3), network.v4(1)),

@@ -57,9 +57,9 @@ use cfxdp::{
     counter_index,
     packet::{parse, Direction, Frame, Ipv6Address, PacketBytes, MAX_PARSED_BYTES},
     prefilter::{skip_bit, Prefilter},
-    read_once, Config, Counter, DropEvent, Family, MalformedAction, Mode, Outcome, Policy, Sampler,
-    TrafficDirection, COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES, DROP_EVENTS_RING_BYTES,
-    FILTER_TABLE_FLAGS, MAX_EVENT_FRAME_BYTES, NO_PREFIX, PROFILE_COUNT,
+    read_once, Config, Counter, DropEvent, Family, MalformedAction, Mode, Outcome, Policy,
+    ProgramHook, Sampler, TrafficDirection, COUNTER_COUNT, DEFAULT_ALLOWLIST_ENTRIES,
+    DROP_EVENTS_RING_BYTES, FILTER_TABLE_FLAGS, MAX_EVENT_FRAME_BYTES, NO_PREFIX, PROFILE_COUNT,
 };
 use filter_core::{
     layout::{buckets_contain, locate},
@@ -144,6 +144,8 @@ fn direction() -> Direction {
 /// What the verdict code needs of the hook it runs on, beyond the
 /// frame's bytes.
 trait Hook: PacketBytes {
+    /// Which hook this is.
+    const HOOK: ProgramHook;
     /// Bytes of the whole frame.
     fn frame_len(&self) -> u64;
     /// The interface and the queue a sampled drop records.
@@ -156,6 +158,8 @@ trait Hook: PacketBytes {
 }
 
 impl Hook for XdpContext {
+    const HOOK: ProgramHook = ProgramHook::Xdp;
+
     #[inline(always)]
     fn frame_len(&self) -> u64 {
         (self.data_end() - self.data()) as u64
@@ -177,6 +181,8 @@ impl Hook for XdpContext {
 /// On TC, the interface the packet crosses (arriving or leaving) and its
 /// queue mapping.
 impl Hook for TcContext {
+    const HOOK: ProgramHook = ProgramHook::Tc;
+
     #[inline(always)]
     fn frame_len(&self) -> u64 {
         self.len() as u64
@@ -251,7 +257,15 @@ fn run<H: Hook, F: Fingerprint, const S: usize>(
             (outcome, Family::Ipv6, Some(address), hit)
         }
     };
-    count(traffic, outcome, family, bytes);
+    let seen = Seen {
+        traffic,
+        outcome,
+        family,
+        address,
+        hit,
+        bytes,
+    };
+    count(&seen);
     let (drop, sampled) = match outcome {
         Outcome::Dropped => (true, true),
         Outcome::WouldDrop => (false, true),
@@ -263,7 +277,7 @@ fn run<H: Hook, F: Fingerprint, const S: usize>(
         Outcome::Passed | Outcome::Allowlisted | Outcome::NonIp => (false, false),
     };
     if sampled {
-        sample(ctx, config, outcome, family, address, hit, bytes);
+        sample(ctx, config, &seen);
     }
     drop
 }
@@ -272,6 +286,19 @@ fn run<H: Hook, F: Fingerprint, const S: usize>(
 enum Address {
     V4(u32),
     V6(Ipv6Address),
+}
+
+/// What the program made of a frame: what it counts and samples.
+struct Seen {
+    traffic: TrafficDirection,
+    outcome: Outcome,
+    family: Family,
+    /// The matched address, if the frame has one.
+    address: Option<Address>,
+    /// The prefix length whose probe hit, or [`NO_PREFIX`].
+    hit: u8,
+    /// The frame's length.
+    bytes: u64,
 }
 
 /// The outcome for `address`, and the prefix length whose probe hit
@@ -383,23 +410,15 @@ fn read_bucket<F: Fingerprint, const S: usize>(table: &Table<F, S>, index: usize
     }
 }
 
-/// Samples a drop for userspace, if the one-in-N draw and this CPU's
-/// token bucket let it: a reservation in the ring, filled and submitted
-/// (or counted as lost when the ring is full).
 /// The most drops the sampler skips without looking at the clock while
 /// its bucket is empty.
 const MAX_EMPTY_RUN: u64 = 63;
 
+/// Samples a drop for userspace, if the one-in-N draw and this CPU's
+/// token bucket let it: a reservation in the ring, filled and submitted
+/// (or counted as lost when the ring is full).
 #[inline(always)]
-fn sample<H: Hook>(
-    ctx: &H,
-    config: &Config,
-    outcome: Outcome,
-    family: Family,
-    address: Option<Address>,
-    hit: u8,
-    bytes: u64,
-) {
+fn sample<H: Hook>(ctx: &H, config: &Config, seen: &Seen) {
     let cost = read_once(&config.sample_interval_ns);
     if cost == 0 {
         return;
@@ -452,7 +471,7 @@ fn sample<H: Hook>(
     // ring; each field is written before the submit.
     unsafe {
         (*event).timestamp_ns = bpf_ktime_get_ns();
-        (*event).address = match address {
+        (*event).address = match seen.address {
             Some(Address::V4(address)) => {
                 let mut octets = [0; 16];
                 octets[..4].copy_from_slice(&address.to_be_bytes());
@@ -463,13 +482,15 @@ fn sample<H: Hook>(
             }
             None => [0; 16],
         };
-        (*event).frame_len = bytes as u32;
+        (*event).frame_len = seen.bytes as u32;
         (*event).ifindex = ifindex;
-        (*event).rx_queue = queue;
-        (*event).family = family as u8;
-        (*event).outcome = outcome as u8;
-        (*event).prefix_len = hit;
-        let wanted = (read_once(&config.sample_frame_bytes) as u64).min(bytes);
+        (*event).rx_queue = queue as u16;
+        (*event).hook = H::HOOK as u8;
+        (*event).family = seen.family as u8;
+        (*event).outcome = seen.outcome as u8;
+        (*event).direction = seen.traffic as u8;
+        (*event).prefix_len = seen.hit;
+        let wanted = (read_once(&config.sample_frame_bytes) as u64).min(seen.bytes);
         let captured = wanted.min(MAX_EVENT_FRAME_BYTES as u64) as u32;
         (*event).captured = 0;
         if captured > 0 && ctx.copy_head((*event).frame.as_mut_ptr(), captured) {
@@ -496,12 +517,13 @@ fn sample<H: Hook>(
 }
 
 #[inline(always)]
-fn count(traffic: TrafficDirection, outcome: Outcome, family: Family, bytes: u64) {
-    if let Some(counter) = COUNTERS.get_ptr_mut(counter_index(traffic, outcome, family)) {
+fn count(seen: &Seen) {
+    let index = counter_index(seen.traffic, seen.outcome, seen.family);
+    if let Some(counter) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: a per-CPU element, only this CPU writes it.
         unsafe {
             (*counter).packets += 1;
-            (*counter).bytes += bytes;
+            (*counter).bytes += seen.bytes;
         }
     }
 }

@@ -45,7 +45,7 @@ use ipnet::IpNet;
 use topk::FilteredSpaceSaving;
 
 use crate::store::{Access, DirCheck, ListKind, Store, StoreError};
-use crate::{DropEvent, Family, Outcome, Setting, NO_PREFIX};
+use crate::{DropEvent, Family, Outcome, ProgramHook, Setting, TrafficDirection, NO_PREFIX};
 
 /// The origin of drops the allow policy made (no entry involved).
 pub const POLICY_ORIGIN: &str = "policy";
@@ -89,18 +89,24 @@ pub struct Sample {
     pub outcome: Outcome,
     /// The prefix length whose probe hit, if an entry caused the drop.
     pub prefix_len: Option<u8>,
-    /// The interface it arrived on.
+    /// The interface it arrived on, or left by.
     pub ifindex: u32,
+    /// Whether it arrived or left.
+    pub direction: TrafficDirection,
+    /// The hook of the program that dropped it.
+    pub hook: ProgramHook,
     /// The frame's whole length.
     pub frame_len: u32,
 }
 
 impl Sample {
-    /// Decodes an event; none if its family or outcome is not one this
-    /// build knows.
+    /// Decodes an event; none if its family, outcome, direction or hook is
+    /// not one this build knows.
     pub fn from_event(event: &DropEvent) -> Option<Self> {
         let family = Family::from_u32(event.family.into())?;
         let outcome = Outcome::from_u32(event.outcome.into())?;
+        let direction = TrafficDirection::from_u32(event.direction.into())?;
+        let hook = ProgramHook::from_u32(event.hook.into())?;
         let address = match family {
             _ if outcome == Outcome::Malformed => None,
             Family::Ipv4 => {
@@ -117,6 +123,8 @@ impl Sample {
             outcome,
             prefix_len: (event.prefix_len != NO_PREFIX).then_some(event.prefix_len),
             ifindex: event.ifindex,
+            direction,
+            hook,
             frame_len: event.frame_len,
         })
     }
@@ -292,6 +300,17 @@ pub struct Exact {
     pub bytes: u64,
 }
 
+/// Where drops happened: an interface, which way, on which hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct InterfaceKey {
+    /// The interface's index.
+    pub ifindex: u32,
+    /// Arriving or leaving.
+    pub direction: TrafficDirection,
+    /// The dropping program's hook.
+    pub hook: ProgramHook,
+}
+
 /// Cumulative drop estimates by origin, entry, address and interface,
 /// since the attribution started.
 pub struct Attribution {
@@ -307,7 +326,7 @@ pub struct Attribution {
     entries: HashMap<IpNet, EntryDrops>,
     other_entries: Estimate,
     addresses: FilteredSpaceSaving<IpAddr>,
-    interfaces: BTreeMap<u32, Estimate>,
+    interfaces: BTreeMap<InterfaceKey, Estimate>,
     sampled: u64,
 }
 
@@ -472,7 +491,11 @@ impl Attribution {
         }
         self.addresses.insert(address, 1);
         self.interfaces
-            .entry(sample.ifindex)
+            .entry(InterfaceKey {
+                ifindex: sample.ifindex,
+                direction: sample.direction,
+                hook: sample.hook,
+            })
             .or_default()
             .add(share);
     }
@@ -497,8 +520,8 @@ impl Attribution {
         self.other_entries
     }
 
-    /// Drops by interface index.
-    pub fn interfaces(&self) -> &BTreeMap<u32, Estimate> {
+    /// Drops by interface index, direction and hook.
+    pub fn interfaces(&self) -> &BTreeMap<InterfaceKey, Estimate> {
         &self.interfaces
     }
 

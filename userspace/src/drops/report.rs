@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use super::{Attribution, Estimate};
-use crate::Setting;
+use crate::{ProgramHook, Setting, TrafficDirection};
 
 /// The rows of one attribution.
 #[derive(Clone, Debug, Serialize)]
@@ -84,13 +84,19 @@ pub struct AddressRow {
     pub share: f64,
 }
 
-/// One interface's drops.
+/// One interface's drops in one direction on one hook.
 #[derive(Clone, Debug, Serialize)]
 pub struct InterfaceRow {
     /// Its index.
     pub ifindex: u32,
     /// Its name, if it still has one.
     pub interface: Option<String>,
+    /// `ingress` or `egress`.
+    #[serde(with = "crate::setting_names")]
+    pub direction: TrafficDirection,
+    /// `xdp` or `tc`.
+    #[serde(with = "crate::setting_names")]
+    pub hook: ProgramHook,
     /// Its drops.
     #[serde(flatten)]
     pub figures: Figures,
@@ -139,9 +145,11 @@ impl Attribution {
         let interfaces = self
             .interfaces()
             .iter()
-            .map(|(&ifindex, estimate)| InterfaceRow {
-                ifindex,
-                interface: interface_name(ifindex),
+            .map(|(key, estimate)| InterfaceRow {
+                ifindex: key.ifindex,
+                interface: interface_name(key.ifindex),
+                direction: key.direction,
+                hook: key.hook,
                 figures: (*estimate).into(),
             })
             .collect();

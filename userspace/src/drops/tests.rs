@@ -14,6 +14,8 @@ fn sample(address: &str, prefix_len: Option<u8>, frame_len: u32) -> Sample {
         outcome: Outcome::Dropped,
         prefix_len,
         ifindex: 7,
+        direction: TrafficDirection::Ingress,
+        hook: ProgramHook::Xdp,
         frame_len,
     }
 }
@@ -50,6 +52,8 @@ fn event(outcome: Outcome, prefix_len: u8) -> DropEvent {
         frame_len: 64,
         ifindex: 2,
         rx_queue: 1,
+        direction: TrafficDirection::Ingress as u8,
+        hook: ProgramHook::Xdp as u8,
         family: Family::Ipv4 as u8,
         outcome: outcome as u8,
         prefix_len,
@@ -103,7 +107,12 @@ fn every_drop_sampled_counts_exactly_and_for_every_source() {
     let wide: IpNet = "198.18.174.0/24".parse().unwrap();
     assert_eq!(attribution.entries()[&wide].estimate.packets, 3.0);
     assert_eq!(attribution.entries()[&wide].sources, ["feed:a"]);
-    assert_eq!(attribution.interfaces()[&7].sampled, 5);
+    let arriving_at_xdp = InterfaceKey {
+        ifindex: 7,
+        direction: TrafficDirection::Ingress,
+        hook: ProgramHook::Xdp,
+    };
+    assert_eq!(attribution.interfaces()[&arriving_at_xdp].sampled, 5);
     assert_eq!(attribution.sampled(), 5);
     assert_eq!(
         attribution.top_addresses(1),

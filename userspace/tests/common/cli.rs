@@ -3,10 +3,13 @@
 //! detaches everything and removes both directories on drop, also when a
 //! test fails.
 
+use std::fs::OpenOptions;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use cfctl::xdp::test_run::{run_xdp, XdpAction};
 
@@ -122,6 +125,56 @@ impl Cfctl {
     /// Packets of `outcome`/`family` in `cfctl stats --json`, arriving.
     pub fn packets(&self, outcome: &str, family: &str) -> u64 {
         self.packets_in("ingress", outcome, family)
+    }
+
+    /// Waits until a cfctl process holds the sampled drops' reader lock.
+    pub fn wait_until_reading(&self) {
+        let path = self.state_dir().join("drops.lock");
+        let started = Instant::now();
+        loop {
+            if let Ok(lock) = OpenOptions::new().write(true).open(&path) {
+                // SAFETY: flock on a descriptor this test owns.
+                let free =
+                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+                if !free {
+                    return;
+                }
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "nothing reads the sampled drops"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `cfctl --json stats --by BY --count COUNT --seconds 60` while
+    /// `traffic` runs once the command reads the samples: its report.
+    pub fn stats_by_during(
+        &self,
+        by: &str,
+        count: u64,
+        traffic: impl FnOnce(),
+    ) -> serde_json::Value {
+        let count = count.to_string();
+        let stats = self
+            .command(&[
+                "--json",
+                "stats",
+                "--by",
+                by,
+                "--count",
+                &count,
+                "--seconds",
+                "60",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting cfctl stats");
+        self.wait_until_reading();
+        traffic();
+        serde_json::from_str(&output_of(stats)).expect("JSON")
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -249,4 +302,29 @@ impl Drop for Cfctl {
         let _ = self.run(&["detach", "--all"]);
         let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
+}
+
+/// The longest a wait for a cfctl process lasts before it fails the test.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits for `child` to end by itself (killing it and failing the test
+/// after [`PATIENCE`]); its standard output.
+pub fn output_of(child: Child) -> String {
+    let started = Instant::now();
+    let mut child = child;
+    while child.try_wait().expect("waiting for cfctl").is_none() {
+        if started.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cfctl did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("reading cfctl's output");
+    assert!(
+        output.status.success(),
+        "cfctl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
 }

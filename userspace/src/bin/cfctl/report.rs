@@ -727,14 +727,16 @@ fn drop_addresses(report: &DropReport) {
 
 fn drop_interfaces(report: &DropReport) {
     println!(
-        "{:<16} {:>7} {:>12} {:>14} {:>9}",
-        "interface", "index", "packets", "bytes", "sampled"
+        "{:<16} {:>7} {:<8} {:<4} {:>12} {:>14} {:>9}",
+        "interface", "index", "", "hook", "packets", "bytes", "sampled"
     );
     for row in &report.interfaces {
         println!(
-            "{:<16} {:>7} {:>12.0} {:>14.0} {:>9}",
+            "{:<16} {:>7} {:<8} {:<4} {:>12.0} {:>14.0} {:>9}",
             Escaped(row.interface.as_deref().unwrap_or("-")).to_string(),
             row.ifindex,
+            row.direction.name(),
+            row.hook.name(),
             row.figures.packets,
             row.figures.bytes,
             row.figures.sampled
