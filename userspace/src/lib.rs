@@ -23,7 +23,7 @@
 //! | [`plan`] | entries to reference-counted filter keys: prefix lengths, exact diffs, prefilter bits | `filter` |
 //! | [`xdp`] | everything that touches the XDP program and its maps, behind [`xdp::LiveFilter`] and [`xdp::PinDir`] | `plan`, `filter` |
 //! | [`device`] | the client of the firmware's serial protocol | `plan`, `filter` |
-//! | [`drops`] | the attribution of sampled drops to sources, entries, addresses and interfaces; their frames as pcap | `store`, `time` |
+//! | [`drops`] | the attribution of sampled drops to sources, entries, addresses and interfaces; their frames as pcap | `store`, `setting_names`, `time` |
 //! | [`control`] | the one update path: from a source through the store and the plan to a live filter or a device; status, check, verify | `store`, `plan`, `filter`, `xdp`, `device`, `drops`, `setting_names`, `text`, `time` |
 //! | [`sources`] | where entries come from: the command line, files, feeds, a Local API, each in its own module | `control`, `drops`, `store`, `netlist`, `filter`, `text`, `time` |
 //! | [`agent`] | the long-running service: a scheduler of the sources, the expiry sweep, metrics | `sources`, `control`, `drops`, `store`, `text`, `time` |
