@@ -22,8 +22,8 @@ use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
 use crate::store::ListKind;
+use crate::xdp::interface::{interface_index, interface_mtu};
 use crate::xdp::maps::SharedMaps;
-use crate::xdp::pins::{interface_index, interface_mtu};
 use crate::xdp::{
     os_error_code, AttachPoint, FilterProgram, HookHolder, LiveFilter, LoadOptions, PinDir,
     Sampling, TrafficDirection, XdpError,

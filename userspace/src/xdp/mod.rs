@@ -19,6 +19,7 @@
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
 //! | [`pins`] | [`PinDir`]: the pin directory, bpffs, links per interface |
 //! | `netlink` | [`HookHolder`]: the program on an interface's XDP hook |
+//! | [`interface`] | an interface's index and MTU by its name |
 //! | [`table`], [`mapped`], [`preload`], [`test_run`] | a filter table in map memory, mmapped maps, the outer map, `BPF_PROG_TEST_RUN` |
 //!
 //! # Where the filter lives, and why
@@ -72,6 +73,7 @@
 //! filter (the control plane serialises its commands).
 
 pub mod allowlist;
+pub mod interface;
 mod link_info;
 pub mod live;
 pub mod mapped;

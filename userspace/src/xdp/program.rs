@@ -482,7 +482,7 @@ fn remove_marker(marker: &Path) -> Result<()> {
 fn marker_interface(marker: &Path) -> Option<String> {
     let name = marker.file_name()?.to_str()?;
     let (interface, _) = name.rsplit_once('@')?;
-    super::pins::interface_index(interface).ok()?;
+    super::interface::interface_index(interface).ok()?;
     Some(interface.to_owned())
 }
 
