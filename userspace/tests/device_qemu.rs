@@ -421,7 +421,6 @@ fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
         listed: Vec::new(),
     };
     let mut rng = StdRng::seed_from_u64(LOSSY.seed);
-    let mut saved_sequence = info.saved_sequence.unwrap_or(0);
     let started = Instant::now();
     for operation in 0..LOSSY_OPERATIONS {
         let context = |what: &str| format!("operation {operation} ({what})");
@@ -475,11 +474,12 @@ fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
                 );
             }
             _ => {
-                // A save executed twice would skip a sequence number.
-                saved_sequence += 1;
+                // A save executed twice would skip a sequence number. (A
+                // change that finds the journal full saves too.)
+                let saved_sequence = device.hello().unwrap().saved_sequence.unwrap_or(0);
                 assert_eq!(
                     device.save().unwrap(),
-                    saved_sequence,
+                    saved_sequence + 1,
                     "{}",
                     context("save")
                 );
@@ -523,7 +523,8 @@ fn ten_thousand_operations_over_a_lossy_line_match_the_model() {
 }
 
 #[test]
-fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_its_saved_image_and_says_why() {
+fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_every_answered_change_and_says_why()
+{
     let elf = firmware_elf_with_fault_triggers();
     let (mut qemu, stream) = Qemu::boot(&elf);
     stream
@@ -536,27 +537,31 @@ fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_its_saved_image_
     };
     let mut device = DeviceClient::with_timing(stream, timing);
     assert_eq!(device.hello().unwrap().reset_cause, ResetCause::PowerOn);
-    let saved: Vec<Item<'_>> = (0..3).map(Item::U64).collect();
-    assert_eq!(device.add_batch(&saved).unwrap(), 3);
-    assert_eq!(device.save().unwrap(), 1);
+    let mut listed: Vec<Item<'_>> = (0..3).map(Item::U64).collect();
+    assert_eq!(device.add_batch(&listed).unwrap(), 3);
+    // The first change of a blank device saved image 1.
+    assert_eq!(device.save().unwrap(), 2);
     for (name, cause) in [
         ("panic", ResetCause::Panic),
         ("hardfault", ResetCause::HardFault),
         // The watchdog bites after two of its periods without food.
         ("hang", ResetCause::Watchdog),
     ] {
-        // Entries added after the save are lost with the reset.
-        device.add_batch(&[Item::U64(100), Item::U64(101)]).unwrap();
-        assert_eq!(device.hello().unwrap().entries, 5);
+        // An entry added after the save goes to the journal, and a delete
+        // too: both outlive the reset.
+        let added = Item::U64(100 + listed.len() as u64);
+        device.add_batch(&[added.clone(), Item::U64(999)]).unwrap();
+        assert!(device.delete(Item::U64(999)).unwrap());
+        listed.push(added);
         trigger.write_all(format!("!{name}\0").as_bytes()).unwrap();
         // The client resends until the rebooted device answers.
         let info = device.hello().unwrap();
         assert_eq!(
-            (info.entries, info.saved_sequence, info.reset_cause),
-            (3, Some(1), cause),
-            "after a {name}, the device must come back with its saved image and say why"
+            (info.entries as usize, info.saved_sequence, info.reset_cause),
+            (listed.len(), Some(2), cause),
+            "after a {name}, the device must come back with every change it answered and say why"
         );
-        let present = device.check_batch(&saved).unwrap();
+        let present = device.check_batch(&listed).unwrap();
         assert!(present.into_iter().all(|present| present));
     }
     let log = qemu.stop_and_decode_log_after_faults(&elf);
@@ -566,7 +571,8 @@ fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_its_saved_image_
         "HardFault at pc",
         "fault trigger: hang",
         "watchdog: the main loop stopped",
-        "loaded image 1: 3 entries",
+        "loaded image 2 and 2 changes after it: 4 entries",
+        "loaded image 2 and 6 changes after it: 6 entries",
     ] {
         assert!(
             log.contains(expected),

@@ -4,12 +4,18 @@
 //! This layer knows nothing of ports or bytes on a wire beyond whole frames
 //! ([`Device::answer_frame`]); [`crate::serve()`] moves the bytes.
 //!
+//! Every add, delete and clear outlives a reset once it is answered: it
+//! is written to the [journal](crate::journal) of the image in use, or,
+//! when that has no room, a new image is saved. A change whose writing
+//! fails is undone in the live filter and answered with a storage error.
+//!
 //! Invariants: every frame gets exactly one response frame, which carries
 //! the request's id ([`NO_ID`] when the frame could not be read); a
 //! damaged frame changes nothing; a retransmitted request (the same id
 //! and frame CRC as the last one executed) is answered with the remembered
 //! response and not executed again (see [`filter_core::protocol`]).
 
+use embedded_storage::nor_flash::NorFlash;
 use filter_core::protocol::{
     self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause,
     Response, Stats, Traffic, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
@@ -17,7 +23,8 @@ use filter_core::protocol::{
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
 use crate::bridge::{bridge, Verdict};
-use crate::store::{ImageStore, NoImage, SlotLayout, StoreError};
+use crate::journal::{self, Change};
+use crate::store::{Appended, Image, ImageStore, NoImage, Replayed, SlotLayout, StoreError};
 
 /// A snapshot upload in progress: its bytes go straight into the store's
 /// spare slot.
@@ -53,7 +60,7 @@ impl<'f, F, const S: usize, B, Flash> Device<'f, F, S, B, Flash>
 where
     F: Fingerprint,
     B: BucketStorage<F, S>,
-    Flash: embedded_storage::nor_flash::NorFlash,
+    Flash: NorFlash,
 {
     /// Boots: loads the newest valid image from `flash` into `filter`, or
     /// starts empty with `default_seed` when there is none. `reset_cause`,
@@ -67,20 +74,29 @@ where
     ) -> Self {
         const {
             assert!(
-                protocol::CHUNK_ALIGN.is_multiple_of(Flash::WRITE_SIZE),
-                "snapshot chunks must be whole flash words"
+                protocol::CHUNK_ALIGN.is_multiple_of(Flash::WRITE_SIZE)
+                    && journal::RECORD_LEN.is_multiple_of(Flash::WRITE_SIZE),
+                "snapshot chunks and journal records must be whole flash words"
             )
         };
         crate::log_info!("started after: {}", reset_cause);
         let mut store = ImageStore::new(flash, layout);
         let prefix_lengths = match store.load_newest(filter) {
             Ok(image) => {
+                let (prefix_lengths, _replayed) = replay(&mut store, filter, image);
                 crate::log_info!(
-                    "loaded image {=u32}: {=usize} entries",
+                    "loaded image {=u32} and {=u32} changes after it: {=usize} entries",
                     image.sequence,
+                    _replayed.changes,
                     filter.len()
                 );
-                image.prefix_lengths
+                if _replayed.skipped > 0 {
+                    crate::log_warn!(
+                        "journal: {=u32} records of changes cut by power loss skipped",
+                        _replayed.skipped
+                    );
+                }
+                prefix_lengths
             }
             Err(why) => {
                 match why {
@@ -206,12 +222,7 @@ where
                 Err(error) => Response::Error(error),
             },
             Request::CheckBatch(items) => self.check_batch(&items),
-            Request::Clear => {
-                self.filter.clear();
-                self.prefix_lengths = PrefixLengths::new();
-                crate::log_info!("cleared");
-                Response::Cleared
-            }
+            Request::Clear => self.clear(),
             Request::Stats => Response::Stats(self.stats),
             Request::Traffic => Response::Traffic(self.traffic),
             Request::SnapshotBegin {
@@ -220,7 +231,10 @@ where
             } => self.begin_snapshot(total_len, prefix_lengths),
             Request::SnapshotChunk { offset, data } => self.snapshot_chunk(offset, data),
             Request::SnapshotCommit => self.commit_snapshot(),
-            Request::Save => self.save(),
+            Request::Save => match self.save() {
+                Ok(sequence) => Response::Saved { sequence },
+                Err(error) => Response::Error(error),
+            },
             Request::Locate {
                 seed,
                 bucket_count,
@@ -249,7 +263,8 @@ where
     }
 
     /// Adds `items` in order; all are validated first, so an invalid item
-    /// changes nothing.
+    /// changes nothing. When the filter fills up, the items added before
+    /// stay (and are saved); when saving fails, none stays.
     #[inline(never)]
     fn add(&mut self, items: &[Item<'_>]) -> Result<u16, Error> {
         let seed = self.filter.seed();
@@ -257,29 +272,91 @@ where
             .iter()
             .try_for_each(|item| item.hash(seed).map(drop))?;
         let mut added = 0u16;
+        let mut full = None;
         for item in items {
             let hash = item.hash(seed)?;
-            self.filter
-                .insert_hash(hash)
-                .map_err(|_| Error::Full { added })?;
-            if let Item::Net(prefix) = item {
-                self.prefix_lengths
-                    .insert(prefix.family(), prefix.prefix_len());
+            if self.filter.insert_hash(hash).is_err() {
+                full = Some(Error::Full { added });
+                break;
             }
             added += 1;
-            self.stats.added = self.stats.added.wrapping_add(1);
         }
-        Ok(added)
+        let inserted = items.get(..usize::from(added)).unwrap_or(&[]);
+        let changes = inserted.iter().filter_map(|item| {
+            Some(Change::Insert {
+                hash: item.hash(seed).ok()?,
+                network: network_of(item),
+            })
+        });
+        // The prefix lengths first, so that a save below keeps them.
+        let lengths_before = self.prefix_lengths;
+        changes.clone().for_each(|change| {
+            apply_lengths(&mut self.prefix_lengths, change);
+        });
+        if let Err(error) = self.persist(changes.clone()) {
+            changes.for_each(|change| {
+                if let Change::Insert { hash, .. } = change {
+                    self.filter.remove_hash(hash);
+                }
+            });
+            self.prefix_lengths = lengths_before;
+            return Err(error);
+        }
+        self.stats.added = self.stats.added.wrapping_add(u32::from(added));
+        full.map_or(Ok(added), Err)
     }
 
     fn delete(&mut self, item: &Item<'_>) -> Response {
-        match item.hash(self.filter.seed()) {
-            Ok(hash) => {
-                let found = self.filter.remove_hash(hash);
-                self.stats.deleted = self.stats.deleted.wrapping_add(u32::from(found));
-                Response::Deleted { found }
+        let hash = match item.hash(self.filter.seed()) {
+            Ok(hash) => hash,
+            Err(error) => return Response::Error(error),
+        };
+        let found = self.filter.remove_hash(hash);
+        if found {
+            if let Err(error) = self.persist(core::iter::once(Change::Remove(hash))) {
+                // Its slot is free again: the fingerprint goes back in.
+                let _ = self.filter.insert_hash(hash);
+                return Response::Error(error);
             }
-            Err(error) => Response::Error(error),
+        }
+        self.stats.deleted = self.stats.deleted.wrapping_add(u32::from(found));
+        Response::Deleted { found }
+    }
+
+    /// Empties the filter; should saving that fail, the filter is read
+    /// back from flash as it was.
+    fn clear(&mut self) -> Response {
+        self.filter.clear();
+        self.prefix_lengths = PrefixLengths::new();
+        if let Err(error) = self.persist(core::iter::once(Change::Clear)) {
+            self.reload();
+            return Response::Error(error);
+        }
+        crate::log_info!("cleared");
+        Response::Cleared
+    }
+
+    /// Loads the image in use and its journal again: what the live filter
+    /// held after the last change answered.
+    fn reload(&mut self) {
+        let (filter, prefix_lengths) = (&mut *self.filter, &mut self.prefix_lengths);
+        match self.store.load_current(filter) {
+            Ok(image) => *prefix_lengths = replay(&mut self.store, filter, image).0,
+            Err(_) => {
+                filter.clear();
+                *prefix_lengths = PrefixLengths::new();
+            }
+        }
+    }
+
+    /// Makes a change just made to the live filter outlive a reset: writes
+    /// its records to the journal, or saves a new image when the journal
+    /// has no room.
+    fn persist(&mut self, changes: impl Iterator<Item = Change> + Clone) -> Result<(), Error> {
+        match self.store.append(changes) {
+            Ok(Appended::Written) => Ok(()),
+            Ok(Appended::NoRoom) => self.save().map(drop),
+            Err(error) => Err(storage_error(error)),
         }
     }
 
@@ -312,7 +389,7 @@ where
             });
         }
         if let Err(error) = self.store.begin(total_len) {
-            return storage_error(error);
+            return Response::Error(storage_error(error));
         }
         crate::log_info!("snapshot upload of {=u32} bytes", total_len);
         self.upload = Some(Upload {
@@ -341,7 +418,7 @@ where
         }
         if let Err(error) = self.store.write_image(offset, data) {
             self.upload = None;
-            return storage_error(error);
+            return Response::Error(storage_error(error));
         }
         upload.received = end;
         Response::ChunkAccepted { received: end }
@@ -357,14 +434,14 @@ where
             .commit(upload.received, upload.prefix_lengths, self.filter)
         {
             Ok(image) => image,
-            Err(error) => return storage_error(error),
+            Err(error) => return Response::Error(storage_error(error)),
         };
         // The image checked out in flash; copying it cannot fail unless the
         // flash itself does, and then the filter starts over empty.
         if let Err(error) = self.store.load_current(self.filter) {
             self.filter.clear();
             self.prefix_lengths = PrefixLengths::new();
-            return storage_error(error);
+            return Response::Error(storage_error(error));
         }
         self.prefix_lengths = image.prefix_lengths;
         crate::log_info!(
@@ -378,27 +455,80 @@ where
         }
     }
 
+    /// Saves the live filter as a new image (its journal starts empty);
+    /// returns the image's sequence number.
     #[inline(never)]
-    fn save(&mut self) -> Response {
+    fn save(&mut self) -> Result<u32, Error> {
         // The spare slot is about to be overwritten.
         self.upload = None;
-        match self.store.save(self.filter, self.prefix_lengths) {
-            Ok(image) => {
-                self.stats.saves = self.stats.saves.wrapping_add(1);
-                crate::log_info!("saved image {=u32}", image.sequence);
-                Response::Saved {
-                    sequence: image.sequence,
-                }
-            }
-            Err(error) => storage_error(error),
-        }
+        let image = self
+            .store
+            .save(self.filter, self.prefix_lengths)
+            .map_err(storage_error)?;
+        self.stats.saves = self.stats.saves.wrapping_add(1);
+        crate::log_info!("saved image {=u32}", image.sequence);
+        Ok(image.sequence)
     }
 }
 
-fn storage_error(error: StoreError) -> Response {
+/// Replays the journal of `image`, just loaded into `filter`: the prefix
+/// lengths after it, and what replay found.
+#[inline(never)]
+fn replay<F: Fingerprint, const S: usize, B: BucketStorage<F, S>, Flash: NorFlash>(
+    store: &mut ImageStore<Flash>,
+    filter: &mut CuckooFilter<F, S, B>,
+    image: Image,
+) -> (PrefixLengths, Replayed) {
+    let mut prefix_lengths = image.prefix_lengths;
+    let replayed = store.replay_journal(|change| apply(filter, &mut prefix_lengths, change));
+    (prefix_lengths, replayed)
+}
+
+/// Applies a journaled `change` to `filter` and its `prefix_lengths`.
+fn apply<F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
+    filter: &mut CuckooFilter<F, S, B>,
+    prefix_lengths: &mut PrefixLengths,
+    change: Change,
+) {
+    apply_lengths(prefix_lengths, change);
+    match change {
+        Change::Insert { hash, .. } => {
+            if filter.insert_hash(hash).is_err() {
+                crate::log_warn!("journal: a key no longer fits the filter");
+            }
+        }
+        Change::Remove(hash) => {
+            filter.remove_hash(hash);
+        }
+        Change::Clear => filter.clear(),
+    }
+}
+
+/// Applies `change` to the prefix lengths: a network's length becomes
+/// active, a clear resets them.
+fn apply_lengths(prefix_lengths: &mut PrefixLengths, change: Change) {
+    match change {
+        Change::Insert {
+            network: Some((family, len)),
+            ..
+        } => prefix_lengths.insert(family, len),
+        Change::Clear => *prefix_lengths = PrefixLengths::new(),
+        Change::Insert { network: None, .. } | Change::Remove(_) => {}
+    }
+}
+
+/// The family and prefix length of a network item.
+fn network_of(item: &Item<'_>) -> Option<(filter_core::AddressFamily, u8)> {
+    match item {
+        Item::Net(prefix) => Some((prefix.family(), prefix.prefix_len())),
+        _ => None,
+    }
+}
+
+fn storage_error(error: StoreError) -> Error {
     crate::log_warn!("storage: {}", error);
-    Response::Error(match error {
+    match error {
         StoreError::Verify(snapshot) => Error::Snapshot(snapshot),
         StoreError::Flash | StoreError::ImageTooLarge => Error::Storage,
-    })
+    }
 }

@@ -10,6 +10,8 @@
 //!   [`filter_core::protocol`].
 //! * [`store`]: two flash slots with sequence numbers and CRCs; power loss
 //!   during a save keeps the previous image.
+//! * [`journal`]: the adds and deletes since the image in use was saved,
+//!   written after it in its slot and replayed at boot.
 //! * [`ram_flash`]: a `NorFlash` in RAM, for QEMU (which has no persistent
 //!   flash) and for tests.
 //! * [`mod@serve`]: the serial side: frames from the port, answers back
@@ -23,7 +25,9 @@
 #![warn(missing_docs)]
 
 pub mod bridge;
+mod checksum;
 pub mod device;
+pub mod journal;
 pub mod ram_flash;
 pub mod rx_ring;
 pub mod serve;

@@ -8,6 +8,7 @@
 //! |--------|------|-----------------------------------------------------|
 //! | 0      | 64   | commit record (below)                               |
 //! | 64     | n    | the snapshot, byte for byte as filter-core writes it |
+//! | 64 + n, rounded up to 16 | the rest | the [journal](crate::journal) of changes since |
 //!
 //! Commit record, little-endian: magic `b"CFIM"`, record version (u16, 1),
 //! two reserved bytes, sequence number (u32), snapshot length (u32), the
@@ -37,14 +38,15 @@ use filter_core::protocol::PrefixLengths;
 use filter_core::snapshot::{SnapshotError, SnapshotLoader};
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
+use crate::checksum::CRC32;
+use crate::journal::{self, Change};
+
 /// Bytes reserved for the commit record at the start of a slot.
 pub const RECORD_LEN: u32 = record::LEN as u32;
+/// Bytes of a journal record, as flash offsets count them.
+const JOURNAL_RECORD: u32 = journal::RECORD_LEN as u32;
 /// Bytes read from or written to flash at a time.
 const IO_CHUNK: usize = 256;
-/// CRC-32 of the 60-byte commit records: bitwise, as the records are too
-/// small for a 1 KiB table to pay off.
-static CRC32: crc::Crc<u32, crc::NoTable> =
-    crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
 
 /// Why [`ImageStore::load_newest`] loaded nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,6 +207,40 @@ pub struct ImageStore<Flash> {
     /// The slot of the image in use (loaded or last written), if any.
     current_slot: Option<usize>,
     next_sequence: u32,
+    /// Where the image in use keeps its journal.
+    journal: Option<JournalSpace>,
+}
+
+/// The journal of the image in use: the erased space of its slot after the
+/// snapshot (see [`crate::journal`]).
+#[derive(Clone, Copy, Debug)]
+struct JournalSpace {
+    /// Where the next record goes.
+    next: u32,
+    /// The end of the slot.
+    end: u32,
+    /// The image's sequence number, which every record's CRC covers.
+    sequence: u32,
+}
+
+/// Whether [`ImageStore::append`] wrote a change to the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// Written: it outlives a reset.
+    Written,
+    /// Not written, for want of room (or of an image to journal after):
+    /// save a new image instead.
+    NoRoom,
+}
+
+/// What [`ImageStore::replay_journal`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Changes applied.
+    pub changes: u32,
+    /// Records skipped: damaged, or of a change not written whole (a
+    /// request cut by power loss, never answered).
+    pub skipped: u32,
 }
 
 impl<Flash: NorFlash> ImageStore<Flash> {
@@ -215,6 +251,7 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             layout,
             current_slot: None,
             next_sequence: 1,
+            journal: None,
         };
         let newest = (0..2)
             .filter_map(|slot| store.record(slot))
@@ -276,6 +313,8 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                 refused.get_or_insert(reason);
             } else {
                 self.current_slot = Some(slot);
+                // Unknown until it is replayed: nothing is appended to it.
+                self.journal = None;
                 // The next image beats this one by one. A record numbered
                 // from a damaged image could be 2^31 away from it, which
                 // serial-number arithmetic cannot order.
@@ -355,6 +394,7 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                 .map_err(|_| StoreError::Flash)?;
         }
         self.current_slot = Some(slot);
+        self.journal = Some(self.journal_after(slot, &record));
         self.next_sequence = self.next_sequence.wrapping_add(1);
         Ok(Image {
             sequence: record.sequence,
@@ -362,14 +402,19 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         })
     }
 
-    /// Loads the image in use into `filter` (after a commit).
+    /// Loads the image in use into `filter` (after a commit, or to undo a
+    /// change that could not be saved).
     pub fn load_current<F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
         &self,
         filter: &mut CuckooFilter<F, S, B>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Image, StoreError> {
         let slot = self.current_slot.ok_or(StoreError::Flash)?;
         let record = self.record(slot).ok_or(StoreError::Flash)?;
-        read_snapshot(self, slot, record.image_len, filter).map_err(StoreError::Verify)
+        read_snapshot(self, slot, record.image_len, filter).map_err(StoreError::Verify)?;
+        Ok(Image {
+            sequence: record.sequence,
+            prefix_lengths: record.prefix_lengths,
+        })
     }
 
     /// Saves `filter` as a new image.
@@ -393,6 +438,110 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             offset += written as u32;
         }
         self.commit(image_len, prefix_lengths, filter)
+    }
+
+    /// The journal space of the image `record` commits in `slot`, empty.
+    fn journal_after(&self, slot: usize, record: &Record) -> JournalSpace {
+        let start = self.slot_offset(slot);
+        let snapshot_end = RECORD_LEN.saturating_add(record.image_len);
+        JournalSpace {
+            next: start.saturating_add(snapshot_end.next_multiple_of(JOURNAL_RECORD)),
+            end: start.saturating_add(self.layout.slot_len),
+            sequence: record.sequence,
+        }
+    }
+
+    /// Writes the records of one request's `changes` to the journal of the
+    /// image in use. Nothing is written when they do not fit
+    /// ([`Appended::NoRoom`]); a write that fails leaves a change that is
+    /// not whole, which replay skips.
+    pub fn append(
+        &mut self,
+        changes: impl Iterator<Item = Change> + Clone,
+    ) -> Result<Appended, StoreError> {
+        let count = changes.clone().count();
+        let (Some(mut space), Ok(records)) = (self.journal, u8::try_from(count)) else {
+            return Ok(Appended::NoRoom);
+        };
+        if space.end.saturating_sub(space.next) < u32::from(records) * JOURNAL_RECORD {
+            return Ok(Appended::NoRoom);
+        }
+        let mut flash = self.flash.try_borrow_mut().map_err(|_| StoreError::Flash)?;
+        let mut written = Ok(());
+        for (place, change) in (0..records).zip(changes) {
+            let record = journal::encode(change, records, place, space.sequence);
+            written = flash.write(space.next, &record);
+            // After a failed write too: the next record goes past it.
+            space.next += JOURNAL_RECORD;
+            if written.is_err() {
+                break;
+            }
+        }
+        self.journal = Some(space);
+        written
+            .map(|()| Appended::Written)
+            .map_err(|_| StoreError::Flash)
+    }
+
+    /// Replays the journal of the image in use (just loaded) through
+    /// `apply`, from its first record; later records go after the last
+    /// one found.
+    pub fn replay_journal(&mut self, mut apply: impl FnMut(Change)) -> Replayed {
+        let mut replayed = Replayed::default();
+        let Some(slot) = self.current_slot else {
+            return replayed;
+        };
+        let Some(record) = self.record(slot) else {
+            return replayed;
+        };
+        let mut space = self.journal_after(slot, &record);
+        while let Some(read) = self.journal_record(&space, 0) {
+            match read {
+                journal::Read::Blank => break,
+                journal::Read::Intact {
+                    records, place: 0, ..
+                } if self.is_whole(&space, records) => {
+                    for place in 0..records {
+                        if let Some(journal::Read::Intact { change, .. }) =
+                            self.journal_record(&space, place)
+                        {
+                            apply(change);
+                        }
+                    }
+                    space.next += u32::from(records) * JOURNAL_RECORD;
+                    replayed.changes += 1;
+                }
+                _ => {
+                    space.next += JOURNAL_RECORD;
+                    replayed.skipped += 1;
+                }
+            }
+        }
+        self.journal = Some(space);
+        replayed
+    }
+
+    /// Whether the `records` records from `space.next` are one change's,
+    /// intact and in their places.
+    fn is_whole(&self, space: &JournalSpace, records: u8) -> bool {
+        (0..records).all(|place| {
+            matches!(
+                self.journal_record(space, place),
+                Some(journal::Read::Intact { records: of, place: at, .. }) if of == records && at == place
+            )
+        })
+    }
+
+    /// Record `index` from `space.next`; `None` past the slot's end or
+    /// when flash cannot be read.
+    fn journal_record(&self, space: &JournalSpace, index: u8) -> Option<journal::Read> {
+        let at = space.next + u32::from(index) * JOURNAL_RECORD;
+        if at.saturating_add(JOURNAL_RECORD) > space.end {
+            return None;
+        }
+        let mut bytes = [0u8; journal::RECORD_LEN];
+        self.read(at, &mut bytes).ok()?;
+        Some(journal::decode(&bytes, space.sequence))
     }
 
     /// Checks the snapshot in `slot` without changing `shape`.

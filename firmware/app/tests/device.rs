@@ -612,39 +612,42 @@ fn saved_device(items: std::ops::Range<u64>) -> (Vec<u8>, Vec<u8>) {
 
 type CutDevice<'f, 'm> = Device<'f, u16, 4, [[u16; 4]; 64], &'m mut CuttingFlash>;
 
+/// Asks `request`; whether it was answered without an error.
+fn answered(device: &mut CutDevice, request: Request<'_>) -> bool {
+    !matches!(ask(device, request), Response::Error(_))
+}
+
 /// Runs `change` on a device whose flash loses power after 1, 2, 3, ...
-/// steps, until one run completes. `change` returns the image it makes and
-/// the last response. After every cut, a reboot must find the image from
-/// before or the new one; after the completed run, the new one.
-fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8>, Response)) {
-    // Two saves, so that both slots hold an image before the cut one.
+/// steps, until one run completes. `change` says whether every request it
+/// made was answered without an error. After every cut, a reboot must find
+/// exactly the filter the device held when the power went: every change
+/// answered before the cut, and none of the one cut (it was undone and
+/// answered with a storage error).
+fn assert_power_loss_keeps_every_answered_change(change: impl Fn(&mut CutDevice) -> bool) {
+    // Two saves, so that both slots hold an image, and a journal after the
+    // second.
     let (memory, _) = saved_device(0..10);
     let mut flash = CuttingFlash {
         memory,
         budget: usize::MAX,
     };
     let mut filter = Filter::new(0);
-    let old_image = {
+    {
         let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
-        ask(&mut device, Request::Add(Item::U64(100)));
-        assert_eq!(
-            ask(&mut device, Request::Save),
-            Response::Saved { sequence: 2 }
-        );
-        table_of(device.filter())
-    };
+        assert!(answered(&mut device, Request::Save));
+        assert!(answered(&mut device, Request::Add(Item::U64(100))));
+    }
     let base = flash.memory;
 
-    let mut kept_old = 0;
-    for budget in 1.. {
+    for (cuts, budget) in (1..).enumerate() {
         let mut flash = CuttingFlash {
             memory: base.clone(),
             budget,
         };
         let mut filter = Filter::new(0);
         let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
-        assert_eq!(table_of(device.filter()), old_image);
-        let (new_image, response) = change(&mut device);
+        let completed = change(&mut device);
+        let held = table_of(device.filter());
 
         // Power back on.
         let mut restarted = CuttingFlash {
@@ -659,46 +662,263 @@ fn assert_power_loss_keeps_old_or_new(change: impl Fn(&mut CutDevice) -> (Vec<u8
             SEED,
             ResetCause::PowerOn,
         );
-        let loaded = table_of(device.filter());
-        if !matches!(response, Response::Error(_)) {
-            assert_eq!(loaded, new_image, "completed change not loaded");
-            assert!(budget > 100 && kept_old == budget - 1);
+        assert_eq!(
+            table_of(device.filter()),
+            held,
+            "power loss at step {budget}: the filter after the reboot is not the one answered for"
+        );
+        if completed {
+            assert!(cuts > 20, "the change took only {cuts} flash steps");
             return;
         }
-        assert_eq!(response, Response::Error(Error::Storage), "budget {budget}");
-        assert!(
-            loaded == old_image || loaded == new_image,
-            "power loss at step {budget} left garbage"
-        );
-        kept_old += usize::from(loaded == old_image);
     }
 }
 
 #[test]
-fn power_loss_at_any_step_of_a_save_keeps_the_old_or_the_new_image() {
-    assert_power_loss_keeps_old_or_new(|device| {
-        for value in 200..230 {
-            ask(device, Request::Add(Item::U64(value)));
-        }
-        let new_image = table_of(device.filter());
-        let response = ask(device, Request::Save);
-        assert!(matches!(
-            response,
-            Response::Saved { sequence: 3 } | Response::Error(_)
-        ));
-        (new_image, response)
+fn power_loss_at_any_step_of_a_save_keeps_every_answered_change() {
+    assert_power_loss_keeps_every_answered_change(|device| {
+        (200..230).all(|value| answered(device, Request::Add(Item::U64(value))))
+            && answered(device, Request::Save)
     });
 }
 
 #[test]
-fn power_loss_at_any_step_of_a_snapshot_upload_keeps_the_old_or_the_new_image() {
+fn power_loss_at_any_step_of_a_snapshot_upload_keeps_every_answered_change() {
     let (snapshot, prefix_lengths) = host_snapshot();
-    assert_power_loss_keeps_old_or_new(|device| {
-        let response = upload(device, &snapshot, prefix_lengths);
-        assert!(matches!(
-            response,
-            Response::SnapshotCommitted { sequence: 3, .. } | Response::Error(_)
-        ));
-        (snapshot.clone(), response)
+    assert_power_loss_keeps_every_answered_change(|device| {
+        !matches!(
+            upload(device, &snapshot, prefix_lengths),
+            Response::Error(_)
+        )
     });
+}
+
+#[test]
+fn power_loss_at_any_step_of_journaled_changes_and_their_fold_keeps_every_answered_change() {
+    assert_power_loss_keeps_every_answered_change(|device| {
+        let batch: heapless::Vec<Item, { protocol::MAX_BATCH }> =
+            (300..310).map(Item::U64).collect();
+        // More records than a journal holds, so that one is folded.
+        (200..240).all(|value| answered(device, Request::Add(Item::U64(value))))
+            && answered(device, Request::Delete(Item::U64(100)))
+            && answered(device, Request::AddBatch(batch.clone()))
+            && answered(device, Request::Add(v4([198, 18, 0, 0], 24)))
+            && answered(device, Request::Clear)
+            && answered(device, Request::Add(Item::U64(400)))
+    });
+}
+
+#[test]
+fn adds_deletes_and_a_clear_outlive_a_reset_without_a_save() {
+    let mut memory = blank_flash();
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let listed = v4([198, 18, 7, 0], 24);
+    assert_eq!(
+        ask(&mut device, Request::Add(Item::U64(1))),
+        Response::Added
+    );
+    // The first change of a device with no image saves one; the next ones
+    // go to its journal.
+    assert_eq!(info(&mut device).saved_sequence, Some(1));
+    assert_eq!(ask(&mut device, Request::Clear), Response::Cleared);
+    for request in [
+        Request::Add(Item::U64(2)),
+        Request::Add(Item::U64(3)),
+        Request::Add(listed),
+    ] {
+        assert_eq!(ask(&mut device, request), Response::Added);
+    }
+    assert_eq!(
+        ask(&mut device, Request::Delete(Item::U64(2))),
+        Response::Deleted { found: true }
+    );
+    let before = info(&mut device);
+    let held = table_of(device.filter());
+
+    let mut rebooted = Filter::new(0);
+    let mut device = boot(&mut rebooted, &mut memory);
+    let after = info(&mut device);
+    assert_eq!(table_of(device.filter()), held);
+    assert_eq!(after.entries, 2);
+    assert_eq!(after.prefix_lengths, before.prefix_lengths);
+    assert_eq!(after.saved_sequence, Some(1), "no image saved since");
+    for (item, present) in [
+        (Item::U64(1), false),
+        (Item::U64(2), false),
+        (Item::U64(3), true),
+        (v4([198, 18, 7, 9], 32), true),
+    ] {
+        assert_eq!(
+            ask(&mut device, Request::Check(item)),
+            Response::Checked { present },
+            "{item:?}"
+        );
+    }
+}
+
+#[test]
+fn a_full_journal_is_folded_into_a_new_image_and_starts_over() {
+    let (mut memory, _) = saved_device(0..1);
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let first = info(&mut device).saved_sequence.unwrap();
+    let mut folds = Vec::new();
+    for value in 100..200 {
+        assert_eq!(
+            ask(&mut device, Request::Add(Item::U64(value))),
+            Response::Added
+        );
+        let saved = info(&mut device).saved_sequence.unwrap();
+        if saved != folds.last().copied().unwrap_or(first) {
+            folds.push(saved);
+        }
+    }
+    // The test's slots hold about 25 records after their image.
+    assert!(
+        (3..=6).contains(&folds.len()),
+        "100 adds folded {} times",
+        folds.len()
+    );
+    let held = table_of(device.filter());
+    let mut rebooted = Filter::new(0);
+    let device = boot(&mut rebooted, &mut memory);
+    assert_eq!(table_of(device.filter()), held);
+    assert_eq!(device.filter().len(), 101);
+}
+
+#[test]
+fn a_change_cut_by_power_loss_is_skipped_and_the_next_ones_go_after_it() {
+    let (memory, _) = saved_device(0..1);
+    // A batch of three keys, cut at its second record's last flash word.
+    let mut flash = CuttingFlash { memory, budget: 8 };
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
+    let batch = [10, 11, 12].into_iter().map(Item::U64).collect();
+    assert_eq!(
+        ask(&mut device, Request::AddBatch(batch)),
+        Response::Error(Error::Storage)
+    );
+    assert_eq!(device.filter().len(), 1, "the cut batch was not undone");
+
+    let mut restarted = CuttingFlash {
+        memory: flash.memory,
+        budget: usize::MAX,
+    };
+    let mut filter = Filter::new(0);
+    let mut device = Device::boot(
+        &mut filter,
+        &mut restarted,
+        LAYOUT,
+        SEED,
+        ResetCause::PowerOn,
+    );
+    assert_eq!(
+        device.filter().len(),
+        1,
+        "a part of the cut batch came back"
+    );
+    assert_eq!(
+        ask(&mut device, Request::Add(Item::U64(20))),
+        Response::Added
+    );
+    let held = table_of(device.filter());
+
+    let mut filter = Filter::new(0);
+    let device = Device::boot(
+        &mut filter,
+        &mut restarted,
+        LAYOUT,
+        SEED,
+        ResetCause::PowerOn,
+    );
+    assert_eq!(table_of(device.filter()), held);
+    assert_eq!(device.filter().len(), 2);
+}
+
+/// One request of the journal's property test.
+#[derive(Clone, Debug)]
+enum Change {
+    Add(u64),
+    AddBatch(Vec<u64>),
+    Delete(u64),
+    Clear,
+    Save,
+}
+
+fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+    use proptest::prelude::*;
+    prop_oneof![
+        8 => (0..48u64).prop_map(Change::Add),
+        2 => proptest::collection::vec(0..48u64, 1..8).prop_map(Change::AddBatch),
+        6 => (0..48u64).prop_map(Change::Delete),
+        1 => Just(Change::Clear),
+        1 => Just(Change::Save),
+    ]
+}
+
+proptest::proptest! {
+    /// Any run of adds, deletes, clears and saves (whose journal fills and
+    /// folds many times) comes back after a reset as the filter held it,
+    /// and the filter holds what an exact count of each key says.
+    #[test]
+    fn a_reset_after_any_run_of_changes_brings_back_the_filter_it_held(
+        changes in proptest::collection::vec(change(), 1..120),
+    ) {
+        let mut memory = blank_flash();
+        let mut filter = Filter::new(0);
+        let mut device = boot(&mut filter, &mut memory);
+        let mut copies = std::collections::BTreeMap::<u64, usize>::new();
+        for change in changes {
+            match change {
+                // At most a few copies of a key: its two buckets hold eight.
+                Change::Add(value) if copies.get(&value).is_some_and(|&held| held >= 3) => {}
+                Change::Add(value) => {
+                    assert_eq!(ask(&mut device, Request::Add(Item::U64(value))), Response::Added);
+                    *copies.entry(value).or_default() += 1;
+                }
+                Change::AddBatch(mut values) => {
+                    values.sort_unstable();
+                    values.dedup();
+                    values.retain(|value| copies.get(value).is_none_or(|&held| held < 3));
+                    let batch = values.iter().copied().map(Item::U64).collect();
+                    let added = values.len() as u16;
+                    assert_eq!(ask(&mut device, Request::AddBatch(batch)), Response::BatchAdded { added });
+                    values.iter().for_each(|value| *copies.entry(*value).or_default() += 1);
+                }
+                Change::Delete(value) => {
+                    let held = copies.get(&value).copied().unwrap_or(0);
+                    let response = ask(&mut device, Request::Delete(Item::U64(value)));
+                    // A key the model does not hold can still be found:
+                    // another key with its fingerprint in its buckets.
+                    if held > 0 {
+                        assert_eq!(response, Response::Deleted { found: true });
+                        copies.insert(value, held - 1);
+                    } else if response == (Response::Deleted { found: true }) {
+                        return Ok(());
+                    }
+                }
+                Change::Clear => {
+                    assert_eq!(ask(&mut device, Request::Clear), Response::Cleared);
+                    copies.clear();
+                }
+                Change::Save => {
+                    assert!(matches!(ask(&mut device, Request::Save), Response::Saved { .. }));
+                }
+            }
+        }
+        let held = table_of(device.filter());
+        let mut rebooted = Filter::new(0);
+        let mut device = boot(&mut rebooted, &mut memory);
+        assert_eq!(table_of(device.filter()), held);
+        assert_eq!(device.filter().len(), copies.values().sum::<usize>());
+        for (value, held) in copies {
+            if held > 0 {
+                assert_eq!(
+                    ask(&mut device, Request::Check(Item::U64(value))),
+                    Response::Checked { present: true }
+                );
+            }
+        }
+    }
 }

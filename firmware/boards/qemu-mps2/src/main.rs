@@ -44,11 +44,12 @@ type FingerprintBits = u16;
 const SLOTS: usize = 4;
 const BUCKETS: usize = 8192;
 const DEFAULT_SEED: u64 = 0x5eed_0386;
-/// Emulated flash: 4-byte write units, 4 KiB erase units, two 68 KiB slots
-/// (a 64 KiB table plus snapshot header, trailer and commit record).
+/// Emulated flash: 4-byte write units, 4 KiB erase units, two 96 KiB slots
+/// (a 64 KiB table plus snapshot header, trailer and commit record, and
+/// about 2,000 journal records of changes after it).
 const FLASH_WRITE: usize = 4;
 const FLASH_ERASE: usize = 4096;
-const SLOT_LEN: usize = 17 * FLASH_ERASE;
+const SLOT_LEN: usize = 24 * FLASH_ERASE;
 const IMAGE_SLOTS: SlotLayout = SlotLayout {
     offsets: [0, SLOT_LEN as u32],
     slot_len: SLOT_LEN as u32,

@@ -24,7 +24,8 @@ const CTRL_INTERRUPT_AND_RESET: u32 = 0b11;
 /// The machine's clock.
 const CLOCK_HZ: u32 = 25_000_000;
 /// One second to the interrupt, another to the reset: far longer than any
-/// request takes (the slowest, a save, copies 68 KiB of RAM).
+/// request takes (the slowest, a save, erases a 96 KiB slot and copies the
+/// 64 KiB table into it).
 pub const PERIOD_TICKS: u32 = CLOCK_HZ;
 /// SysTick's period: a tenth of a second.
 const WAKE_TICKS: u32 = CLOCK_HZ / 10;

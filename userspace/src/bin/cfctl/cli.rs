@@ -223,7 +223,11 @@ pub enum Command {
     /// filter that sizes itself (`--capacity auto`, the default) resizes
     /// itself the same way when a change needs it.
     Resize(ResizeArgs),
-    /// Save a device's filter to its flash (devices only).
+    /// Save a device's filter to its flash as a new image (devices only).
+    ///
+    /// A device keeps every add, delete and clear in flash once it has
+    /// answered it (a journal after its image, folded into a new image when
+    /// full); a save folds the journal in at once.
     Save,
     /// Keep the blocklist current: refresh feeds, end expired listings and
     /// serve metrics, until SIGTERM.
