@@ -201,6 +201,14 @@ where
 
     /// Answers one request.
     pub fn answer(&mut self, request: Request<'_>) -> Response {
+        let records = match &request {
+            Request::Add(_) | Request::Delete(_) | Request::Clear => 1,
+            Request::AddBatch(items) => items.len(),
+            _ => 0,
+        };
+        if let Err(error) = self.make_room(records) {
+            return Response::Error(error);
+        }
         match request {
             Request::Hello { version } if version != PROTOCOL_VERSION => {
                 Response::Error(Error::VersionMismatch {
@@ -349,9 +357,23 @@ where
         }
     }
 
+    /// Saves a new image, which empties the journal, when the journal has
+    /// no room for a change of `records` records: before the change, so
+    /// that a save runs no deeper in the stack than a `Save` request.
+    #[inline(never)]
+    fn make_room(&mut self, records: usize) -> Result<(), Error> {
+        if records > 0 && self.store.journal_room() < records {
+            self.save()?;
+        }
+        Ok(())
+    }
+
     /// Makes a change just made to the live filter outlive a reset: writes
     /// its records to the journal, or saves a new image when the journal
-    /// has no room.
+    /// has no room even after [`Self::make_room`] (a batch larger than a
+    /// whole journal). Not inlined: its frame stays off the stack of an
+    /// insert's relocation path, the deepest there is.
+    #[inline(never)]
     fn persist(&mut self, changes: impl Iterator<Item = Change> + Clone) -> Result<(), Error> {
         match self.store.append(changes) {
             Ok(Appended::Written) => Ok(()),

@@ -27,6 +27,11 @@
 //! answered, so the host sends it again). The CRC covers the image's
 //! sequence number, so records can only ever be replayed onto the image
 //! they were written after.
+//!
+//! Replay brings back the same keys, not always in the same slots: the
+//! relocation walk's random choices start over at boot, so an insert that
+//! relocated may settle a key in its other bucket (which no lookup or
+//! delete can tell).
 
 use filter_core::{AddressFamily, KeyHash};
 

@@ -46,7 +46,7 @@ pub const RECORD_LEN: u32 = record::LEN as u32;
 /// Bytes of a journal record, as flash offsets count them.
 const JOURNAL_RECORD: u32 = journal::RECORD_LEN as u32;
 /// Bytes read from or written to flash at a time.
-const IO_CHUNK: usize = 256;
+const IO_CHUNK: usize = 64;
 
 /// Why [`ImageStore::load_newest`] loaded nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -426,18 +426,30 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         let image_len =
             u32::try_from(filter.snapshot_len()).map_err(|_| StoreError::ImageTooLarge)?;
         self.begin(image_len)?;
+        self.write_snapshot_of(filter)?;
+        self.commit(image_len, prefix_lengths, filter)
+    }
+
+    /// Writes the snapshot of `filter` into the spare slot. Not inlined,
+    /// so that its buffer is off the stack before the commit verifies
+    /// the snapshot with a buffer of its own (a save can run under a
+    /// batch of adds, the deepest stack).
+    #[inline(never)]
+    fn write_snapshot_of<F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
+        &mut self,
+        filter: &CuckooFilter<F, S, B>,
+    ) -> Result<(), StoreError> {
         let mut exporter = filter_core::SnapshotExporter::new(filter);
         let mut buffer = [0u8; IO_CHUNK];
         let mut offset = 0u32;
         loop {
             let written = exporter.next_chunk(filter, &mut buffer);
             let Some(chunk) = buffer.get(..written).filter(|chunk| !chunk.is_empty()) else {
-                break;
+                return Ok(());
             };
             self.write_image(offset, chunk)?;
             offset += written as u32;
         }
-        self.commit(image_len, prefix_lengths, filter)
     }
 
     /// The journal space of the image `record` commits in `slot`, empty.
@@ -449,6 +461,14 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             end: start.saturating_add(self.layout.slot_len),
             sequence: record.sequence,
         }
+    }
+
+    /// How many more records the journal of the image in use has room for
+    /// (none without an image in use).
+    pub fn journal_room(&self) -> usize {
+        self.journal.map_or(0, |space| {
+            (space.end.saturating_sub(space.next) / JOURNAL_RECORD) as usize
+        })
     }
 
     /// Writes the records of one request's `changes` to the journal of the
@@ -627,6 +647,9 @@ impl<F: Fingerprint, const S: usize, Flash: NorFlash> BucketStorage<F, S>
         self.bucket_count
     }
 
+    // Not inlined: unrolled into a count of the whole table, its buffer
+    // took 1.3 KiB of stack under a save.
+    #[inline(never)]
     fn bucket(&self, index: usize) -> [F; S] {
         let mut bucket = [F::EMPTY; S];
         let mut bytes = [0u8; 32];
