@@ -550,7 +550,7 @@ fn a_panic_a_hard_fault_and_a_hang_reset_the_device_which_keeps_every_answered_c
         // An entry added after the save goes to the journal, and a delete
         // too: both outlive the reset.
         let added = Item::U64(100 + listed.len() as u64);
-        device.add_batch(&[added.clone(), Item::U64(999)]).unwrap();
+        device.add_batch(&[added, Item::U64(999)]).unwrap();
         assert!(device.delete(Item::U64(999)).unwrap());
         listed.push(added);
         trigger.write_all(format!("!{name}\0").as_bytes()).unwrap();
