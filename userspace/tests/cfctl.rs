@@ -537,6 +537,39 @@ fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
     assert!(output.status.success());
 }
 
+#[test]
+fn attach_waits_for_an_interface_that_appears_and_names_one_that_never_does() {
+    let cfctl = Cfctl::new("wait-for-interface");
+    let output = cfctl.run(&["attach", "cfnone0", "--wait-for-interface", "1s"]);
+    let line = expect_one_error_line(&output, "attach to an interface that never appears");
+    assert!(
+        line.contains("no network interface named 'cfnone0' appeared in 1s"),
+        "{line}"
+    );
+    assert!(!cfctl.pin_dir().exists(), "a refused attach left pins");
+
+    // The attach unit's way at boot: started before its interface exists.
+    let subnet = 201;
+    let interface = TestNetwork::host_link_of(subnet);
+    let mut waiting = cfctl
+        .command(&["attach", &interface, "--wait-for-interface", "60s"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running cfctl attach");
+    let network = TestNetwork::new(subnet);
+    let output = waiting.wait_with_output().expect("cfctl attach ends");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        cfctl.json(&["status"])["interfaces"][0]["interface"],
+        network.host_link.as_str()
+    );
+    cfctl.ok(&["detach", &network.host_link]);
+}
+
 /// `count` distinct entries for crash round `round`: IPv4 hosts in
 /// 198.18.0.0/15, IPv6 hosts in 2001:db8::/32.
 fn crash_list(dir: &Path, round: usize, count: usize) -> (PathBuf, HashSet<IpNet>) {

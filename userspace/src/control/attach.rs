@@ -12,6 +12,7 @@
 //! which repairs an interrupted update as well.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::capacity::{check_capacity, check_ceiling, WayOut};
 use super::error::{ControlError, Result};
@@ -22,7 +23,7 @@ use super::FilterSettings;
 use super::{AttachOptions, Control};
 use crate::plan::KeyPlan;
 use crate::store::ListKind;
-use crate::xdp::interface::{interface_index, interface_mtu};
+use crate::xdp::interface::{interface_index, interface_mtu, wait_for_interface};
 use crate::xdp::maps::SharedMaps;
 use crate::xdp::{
     os_error_code, AttachPoint, FilterProgram, HookHolder, LiveFilter, LoadOptions, PinDir,
@@ -317,6 +318,16 @@ struct Refill<'a> {
     options: AttachOptions,
     /// Where the attach puts the program.
     point: AttachPoint,
+}
+
+/// Waits at most `patience` for each of `interfaces` to exist (see
+/// [`wait_for_interface`]). Needs no store: an attach that waits opens it
+/// after.
+pub fn wait_for_interfaces(interfaces: &[String], patience: Duration) -> Result<()> {
+    for interface in interfaces {
+        wait_for_interface(interface, patience)?;
+    }
+    Ok(())
 }
 
 /// Detaches from `interfaces` (every interface if `None`), in `direction`

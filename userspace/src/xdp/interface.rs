@@ -1,6 +1,8 @@
-//! The kernel's network interfaces by name: index and MTU.
+//! The kernel's network interfaces by name: index and MTU, and a wait for
+//! one that is yet to appear.
 
 use std::ffi::CString;
+use std::time::{Duration, Instant};
 
 use super::{Result, XdpError};
 
@@ -12,6 +14,32 @@ pub fn interface_index(name: &str) -> Result<u32> {
     match unsafe { libc::if_nametoindex(c_name.as_ptr()) } {
         0 => Err(no_interface()),
         index => Ok(index),
+    }
+}
+
+/// How often [`wait_for_interface`] looks.
+const WAIT_STEP: Duration = Duration::from_millis(100);
+
+/// The index of interface `name`, once it exists: looked up every tenth of
+/// a second for at most `patience` (a driver or a USB adapter that comes up
+/// after the service that attaches to it, udev naming it meanwhile).
+pub fn wait_for_interface(name: &str, patience: Duration) -> Result<u32> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match interface_index(name) {
+            Err(XdpError::NoInterface(_)) if Instant::now() < deadline => {
+                std::thread::sleep(
+                    WAIT_STEP.min(deadline.saturating_duration_since(Instant::now())),
+                );
+            }
+            Err(XdpError::NoInterface(_)) => {
+                return Err(XdpError::InterfaceNeverAppeared {
+                    interface: name.to_owned(),
+                    waited: patience,
+                })
+            }
+            found => return found,
+        }
     }
 }
 

@@ -19,7 +19,7 @@
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
 //! | [`pins`] | [`PinDir`]: the pin directory, bpffs, links per interface |
 //! | `netlink` | [`HookHolder`]: the program on an interface's XDP hook |
-//! | [`interface`] | an interface's index and MTU by its name |
+//! | [`interface`] | an interface's index and MTU by its name; the wait for one to appear |
 //! | [`table`], [`mapped`], [`preload`], [`test_run`] | a filter table in map memory, mmapped maps, the outer map, `BPF_PROG_TEST_RUN` |
 //!
 //! # Where the filter lives, and why
@@ -247,6 +247,17 @@ pub enum XdpError {
     /// No such network interface.
     #[error("no network interface named '{0}'")]
     NoInterface(String),
+    /// A network interface waited for did not appear.
+    #[error(
+        "no network interface named '{interface}' appeared in {}",
+        humantime::format_duration(*waited)
+    )]
+    InterfaceNeverAppeared {
+        /// The interface's name.
+        interface: String,
+        /// How long cfctl waited.
+        waited: std::time::Duration,
+    },
     /// A table the filter code cannot run on.
     #[error("the filter table is unusable: {0}")]
     Storage(String),

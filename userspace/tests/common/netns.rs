@@ -50,11 +50,21 @@ pub struct TestNetwork {
 }
 
 impl TestNetwork {
+    /// The name the host end of network `subnet` gets, before it exists.
+    pub fn host_link_of(subnet: u8) -> String {
+        format!("cfh{}", Self::tag(subnet))
+    }
+
+    /// What makes this test process's names for network `subnet` unique.
+    fn tag(subnet: u8) -> String {
+        format!("{}x{subnet}", std::process::id() % 100_000)
+    }
+
     pub fn new(subnet: u8) -> Self {
-        let tag = format!("{}x{subnet}", std::process::id() % 100_000);
+        let tag = Self::tag(subnet);
         let network = TestNetwork {
             namespace: format!("cfxdp{tag}"),
-            host_link: format!("cfh{tag}"),
+            host_link: Self::host_link_of(subnet),
             peer_link: format!("cfp{tag}"),
             subnet,
         };

@@ -435,6 +435,12 @@ pub struct AttachArgs {
         FilterSettings::default().malformed.name().to_owned(),
     ))]
     pub malformed: Option<MalformedAction>,
+    /// Wait this long (`60s`, `2m`) for an interface that does not exist
+    /// yet, instead of refusing at once: for a service that may start
+    /// before the interface's driver, or where no udev announces it (in a
+    /// container), as the attach unit does
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub wait_for_interface: Option<Duration>,
 }
 
 impl AttachArgs {

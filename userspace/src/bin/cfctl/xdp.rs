@@ -45,6 +45,15 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
         Command::Resize(_) => "load a resized BPF program",
         _ => "use the pinned blocklist and its store",
     })?;
+    if let Command::Attach(AttachArgs {
+        interfaces,
+        wait_for_interface: Some(patience),
+        ..
+    }) = command
+    {
+        // Before the store is opened: nothing else waits on it meanwhile.
+        attach::wait_for_interfaces(interfaces, *patience)?;
+    }
     if let Command::Detach(args) = command {
         let interfaces = (!args.all).then_some(args.interfaces.as_slice());
         let direction = args.direction.map(Into::into);
