@@ -551,7 +551,7 @@ fn attach_waits_for_an_interface_that_appears_and_names_one_that_never_does() {
     // The attach unit's way at boot: started before its interface exists.
     let subnet = 201;
     let interface = TestNetwork::host_link_of(subnet);
-    let mut waiting = cfctl
+    let waiting = cfctl
         .command(&["attach", &interface, "--wait-for-interface", "60s"])
         .stderr(std::process::Stdio::piped())
         .spawn()
