@@ -496,6 +496,20 @@ fn deleting_one_of_two_ipv6_entries_sharing_a_byte_keeps_its_bit() {
     assert_eq!(cfctl.pinned_verdict()(peer), XdpAction::Pass, "{peer}");
 }
 
+/// Asserts that the attach that ended with `output` succeeded and that
+/// `cfctl status` shows its program on `interface`.
+fn assert_attached(cfctl: &Cfctl, output: &std::process::Output, interface: &str) {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        cfctl.json(&["status"])["interfaces"][0]["interface"],
+        interface
+    );
+}
+
 #[test]
 fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
     let network = TestNetwork::new(117);
@@ -524,15 +538,7 @@ fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
     // The way out: nsenter enters only the network namespace.
     let entered = format!("--net=/run/netns/{namespace}");
     let output = in_namespace("nsenter", &[&entered], &["attach", &network.peer_link]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        cfctl.json(&["status"])["interfaces"][0]["interface"],
-        network.peer_link.as_str()
-    );
+    assert_attached(&cfctl, &output, &network.peer_link);
     let output = in_namespace("nsenter", &[&entered], &["detach", "--all"]);
     assert!(output.status.success());
 }
@@ -558,15 +564,7 @@ fn attach_waits_for_an_interface_that_appears_and_names_one_that_never_does() {
         .expect("running cfctl attach");
     let network = TestNetwork::new(subnet);
     let output = waiting.wait_with_output().expect("cfctl attach ends");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        cfctl.json(&["status"])["interfaces"][0]["interface"],
-        network.host_link.as_str()
-    );
+    assert_attached(&cfctl, &output, &network.host_link);
     cfctl.ok(&["detach", &network.host_link]);
 }
 

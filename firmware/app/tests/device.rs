@@ -627,6 +627,19 @@ fn saved_device(items: std::ops::Range<u64>) -> (Vec<u8>, Vec<u8>) {
 
 type CutDevice<'f, 'm> = Device<'f, u16, 4, [[u16; 4]; 64], &'m mut CuttingFlash>;
 
+/// The flash of `memory` with the power back on.
+fn powered_on(memory: Vec<u8>) -> CuttingFlash {
+    CuttingFlash {
+        memory,
+        budget: usize::MAX,
+    }
+}
+
+/// A device booted on `filter` and the power-cutting `flash`.
+fn boot_cut<'f, 'm>(filter: &'f mut Filter, flash: &'m mut CuttingFlash) -> CutDevice<'f, 'm> {
+    Device::boot(filter, flash, LAYOUT, SEED, ResetCause::PowerOn)
+}
+
 /// Asks `request`; whether it was answered without an error.
 fn answered(device: &mut CutDevice, request: Request<'_>) -> bool {
     !matches!(ask(device, request), Response::Error(_))
@@ -648,7 +661,7 @@ fn assert_power_loss_keeps_every_answered_change(change: impl Fn(&mut CutDevice)
     };
     let mut filter = Filter::new(0);
     {
-        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
+        let mut device = boot_cut(&mut filter, &mut flash);
         assert!(answered(&mut device, Request::Save));
         assert!(answered(&mut device, Request::Add(Item::U64(100))));
     }
@@ -660,23 +673,13 @@ fn assert_power_loss_keeps_every_answered_change(change: impl Fn(&mut CutDevice)
             budget,
         };
         let mut filter = Filter::new(0);
-        let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
+        let mut device = boot_cut(&mut filter, &mut flash);
         let completed = change(&mut device);
         let before = held(device.filter());
 
-        // Power back on.
-        let mut restarted = CuttingFlash {
-            memory: flash.memory,
-            budget: usize::MAX,
-        };
+        let mut restarted = powered_on(flash.memory);
         let mut filter = Filter::new(0);
-        let device = Device::boot(
-            &mut filter,
-            &mut restarted,
-            LAYOUT,
-            SEED,
-            ResetCause::PowerOn,
-        );
+        let device = boot_cut(&mut filter, &mut restarted);
         assert_eq!(
             held(device.filter()),
             before,
@@ -808,7 +811,7 @@ fn a_change_cut_by_power_loss_is_skipped_and_the_next_ones_go_after_it() {
     // A batch of three keys, cut at its second record's last flash word.
     let mut flash = CuttingFlash { memory, budget: 8 };
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(&mut filter, &mut flash, LAYOUT, SEED, ResetCause::PowerOn);
+    let mut device = boot_cut(&mut filter, &mut flash);
     let batch = [10, 11, 12].into_iter().map(Item::U64).collect();
     assert_eq!(
         ask(&mut device, Request::AddBatch(batch)),
@@ -816,18 +819,9 @@ fn a_change_cut_by_power_loss_is_skipped_and_the_next_ones_go_after_it() {
     );
     assert_eq!(device.filter().len(), 1, "the cut batch was not undone");
 
-    let mut restarted = CuttingFlash {
-        memory: flash.memory,
-        budget: usize::MAX,
-    };
+    let mut restarted = powered_on(flash.memory);
     let mut filter = Filter::new(0);
-    let mut device = Device::boot(
-        &mut filter,
-        &mut restarted,
-        LAYOUT,
-        SEED,
-        ResetCause::PowerOn,
-    );
+    let mut device = boot_cut(&mut filter, &mut restarted);
     assert_eq!(
         device.filter().len(),
         1,
@@ -840,13 +834,7 @@ fn a_change_cut_by_power_loss_is_skipped_and_the_next_ones_go_after_it() {
     let before = held(device.filter());
 
     let mut filter = Filter::new(0);
-    let device = Device::boot(
-        &mut filter,
-        &mut restarted,
-        LAYOUT,
-        SEED,
-        ResetCause::PowerOn,
-    );
+    let device = boot_cut(&mut filter, &mut restarted);
     assert_eq!(held(device.filter()), before);
     assert_eq!(device.filter().len(), 2);
 }
