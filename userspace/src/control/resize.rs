@@ -16,6 +16,7 @@ use super::update::Change;
 use super::{Control, FilterSettings};
 use crate::plan::KeyPlan;
 use crate::store::ListKind;
+use crate::text::thousands;
 use crate::time::unix_seconds;
 
 /// Sets the capacity of `settings` as `choice` says; `keys` is what the
@@ -112,7 +113,11 @@ impl Control {
         if !past_the_watermark(at_least) {
             return Ok(None);
         }
-        let reason = format!("a change of {distinct} entries needs at least {at_least} keys");
+        let reason = format!(
+            "a change of {} entries needs at least {} keys",
+            thousands(distinct as u64),
+            thousands(at_least as u64)
+        );
         self.resize_to(auto_capacity(at_least), Sizing::Auto, &reason)
             .map(Some)
     }
@@ -120,7 +125,10 @@ impl Control {
     /// Grows a filter that sizes itself so that `wanted` keys fit, before
     /// a change that did not fit is applied again.
     pub(super) fn grow_for(&mut self, wanted: usize) -> Result<Resized> {
-        let reason = format!("a change needed {wanted} keys, more than the filter held");
+        let reason = format!(
+            "a change needed {} keys, more than the filter held",
+            thousands(wanted as u64)
+        );
         self.resize_to(auto_capacity(wanted), Sizing::Auto, &reason)
     }
 
