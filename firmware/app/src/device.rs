@@ -150,7 +150,7 @@ where
         frame: Result<&mut [u8], FrameError>,
         out: &'o mut [u8; protocol::MAX_RESPONSE_FRAME_LEN],
     ) -> &'o [u8] {
-        let answer = match frame.and_then(protocol::decode_with_crc::<Envelope<Request>>) {
+        let answer = match frame.and_then(decode_request) {
             Ok((envelope, frame_crc)) => self.answer_envelope(envelope, frame_crc),
             Err(error) => {
                 crate::log_warn!("rejected frame: {}", error);
@@ -199,7 +199,9 @@ where
         }
     }
 
-    /// Answers one request.
+    /// Answers one request. Not inlined, like [`decode_request`], so that
+    /// a request is decoded and answered in frames of their own.
+    #[inline(never)]
     pub fn answer(&mut self, request: Request<'_>) -> Response {
         let records = match &request {
             Request::Add(_) | Request::Delete(_) | Request::Clear => 1,
@@ -491,6 +493,14 @@ where
         crate::log_info!("saved image {=u32}", image.sequence);
         Ok(image.sequence)
     }
+}
+
+/// The request in `frame`, and the frame's CRC. Not inlined: decoding
+/// moves a batch of items through several temporaries, which then leave
+/// the stack before the request is answered (the deepest path).
+#[inline(never)]
+fn decode_request(frame: &mut [u8]) -> Result<(Envelope<Request<'_>>, u32), FrameError> {
+    protocol::decode_with_crc::<Envelope<Request>>(frame)
 }
 
 /// Replays the journal of `image`, just loaded into `filter`: the prefix
