@@ -5,7 +5,7 @@
 //! ([`Device::answer_frame`]); [`crate::serve()`] moves the bytes.
 //!
 //! Every add, delete and clear outlives a reset once it is answered: it
-//! is written to the [journal](crate::journal) of the image in use, or,
+//! is written to the [`journal`] of the image in use, or,
 //! when that has no room, a new image is saved. A change whose writing
 //! fails is undone in the live filter and answered with a storage error.
 //!
@@ -199,7 +199,7 @@ where
         }
     }
 
-    /// Answers one request. Not inlined, like [`decode_request`], so that
+    /// Answers one request. Not inlined, like `decode_request`, so that
     /// a request is decoded and answered in frames of their own.
     #[inline(never)]
     pub fn answer(&mut self, request: Request<'_>) -> Response {

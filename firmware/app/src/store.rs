@@ -8,7 +8,7 @@
 //! |--------|------|-----------------------------------------------------|
 //! | 0      | 64   | commit record (below)                               |
 //! | 64     | n    | the snapshot, byte for byte as filter-core writes it |
-//! | 64 + n, rounded up to 16 | the rest | the [journal](crate::journal) of changes since |
+//! | 64 + n, rounded up to 16 | the rest | the [`journal`] of changes since |
 //!
 //! Commit record, little-endian: magic `b"CFIM"`, record version (u16, 1),
 //! two reserved bytes, sequence number (u32), snapshot length (u32), the
