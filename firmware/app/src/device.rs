@@ -300,9 +300,9 @@ where
         });
         // The prefix lengths first, so that a save below keeps them.
         let lengths_before = self.prefix_lengths;
-        changes.clone().for_each(|change| {
-            apply_lengths(&mut self.prefix_lengths, change);
-        });
+        for (family, len) in inserted.iter().filter_map(network_of) {
+            self.prefix_lengths.insert(family, len);
+        }
         if let Err(error) = self.persist(changes.clone()) {
             changes.for_each(|change| {
                 if let Change::Insert { hash, .. } = change {

@@ -10,7 +10,7 @@
 //!   [`filter_core::protocol`].
 //! * [`store`]: two flash slots with sequence numbers and CRCs; power loss
 //!   during a save keeps the previous image.
-//! * [`journal`]: the adds and deletes since the image in use was saved,
+//! * [`journal`]: the adds, deletes and clears since the image in use was saved,
 //!   written after it in its slot and replayed at boot.
 //! * [`ram_flash`]: a `NorFlash` in RAM, for QEMU (which has no persistent
 //!   flash) and for tests.

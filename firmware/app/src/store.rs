@@ -483,7 +483,7 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         let (Some(mut space), Ok(records)) = (self.journal, u8::try_from(count)) else {
             return Ok(Appended::NoRoom);
         };
-        if space.end.saturating_sub(space.next) < u32::from(records) * JOURNAL_RECORD {
+        if self.journal_room() < count {
             return Ok(Appended::NoRoom);
         }
         let mut flash = self.flash.try_borrow_mut().map_err(|_| StoreError::Flash)?;
@@ -521,6 +521,8 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                 journal::Read::Intact {
                     records, place: 0, ..
                 } if self.is_whole(&space, records) => {
+                    // Read again to apply: a change is checked whole first,
+                    // without a buffer for its records.
                     for place in 0..records {
                         if let Some(journal::Read::Intact { change, .. }) =
                             self.journal_record(&space, place)
@@ -647,9 +649,6 @@ impl<F: Fingerprint, const S: usize, Flash: NorFlash> BucketStorage<F, S>
         self.bucket_count
     }
 
-    // Not inlined: unrolled into a count of the whole table, its buffer
-    // took 1.3 KiB of stack under a save.
-    #[inline(never)]
     fn bucket(&self, index: usize) -> [F; S] {
         let mut bucket = [F::EMPTY; S];
         let mut bytes = [0u8; 32];
