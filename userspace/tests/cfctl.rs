@@ -5,7 +5,8 @@
 //! processes without reloading, detach and attach again; a hammer of live
 //! updates under continuous BPF_PROG_TEST_RUN probes; cfctl killed in the
 //! middle of imports; every bad input refused with one line, changing
-//! nothing; and the generated man pages and completions. Needs root,
+//! nothing; a `cfctl batch` answering line by line beside other cfctl
+//! commands; and the generated man pages and completions. Needs root,
 //! iproute2, ping and setpriv.
 
 mod common;
@@ -883,4 +884,163 @@ fn man_pages_and_completions_are_generated() {
     ] {
         assert!(dir.path().join(page).exists(), "{page} not written");
     }
+}
+
+/// A `cfctl batch` of its own, its input and answers piped.
+struct Batch {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    answers: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Batch {
+    fn start(cfctl: &Cfctl, global: &[&str]) -> Self {
+        let mut args = global.to_vec();
+        args.push("batch");
+        let mut child = cfctl
+            .command(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting cfctl batch");
+        let input = child.stdin.take().expect("the batch's input");
+        let answers = std::io::BufReader::new(child.stdout.take().expect("its answers"));
+        Self {
+            child,
+            input,
+            answers,
+        }
+    }
+
+    /// Writes `lines` at once, then reads an answer for each that is not
+    /// blank or a comment.
+    fn send(&mut self, lines: &[String]) -> Vec<String> {
+        use std::io::{BufRead, Write};
+        let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+        self.input
+            .write_all(text.as_bytes())
+            .expect("writing to the batch");
+        let commands = lines
+            .iter()
+            .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+            .count();
+        (0..commands)
+            .map(|_| {
+                let mut answer = String::new();
+                self.answers.read_line(&mut answer).expect("an answer");
+                assert!(answer.ends_with('\n'), "the batch ended: {answer:?}");
+                answer.trim_end().to_owned()
+            })
+            .collect()
+    }
+
+    /// Ends the input; returns the exit status and standard error.
+    fn end(self) -> (std::process::ExitStatus, String) {
+        drop(self.input);
+        let output = self.child.wait_with_output().expect("the batch ends");
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+#[test]
+fn a_batch_answers_each_line_shares_the_store_and_reaches_the_filter() {
+    let (network, cfctl) = attached(202, "batch", "4096", "skb");
+    let verdict = cfctl.pinned_verdict();
+    let listed = network.v4(3);
+    let mut batch = Batch::start(&cfctl, &[]);
+    let answers = batch.send(&[format!("add {listed} --source script --timeout 1h")]);
+    assert!(
+        answers[0].starts_with("ok: 1 added (live filter"),
+        "{answers:?}"
+    );
+    assert_eq!(verdict(listed), XdpAction::Drop);
+    assert_eq!(
+        cfctl
+            .listing_expiry("script", &listed.to_string())
+            .map(|e| e.is_some()),
+        Some(true)
+    );
+
+    // Between lines the batch does not hold the store: another cfctl
+    // changes it meanwhile (it would wait for ever otherwise).
+    let by_hand = network.v4(9);
+    let output = cfctl.run_to_end(&["add", &by_hand.to_string()]);
+    assert!(output.status.success(), "{output:?}");
+
+    // A bad line is answered with its number and why; the batch goes on.
+    // Blank lines and comments get no answer but count as lines.
+    let answers = batch.send(&[
+        String::new(),
+        "# a comment".to_owned(),
+        "add 198.18.0.1/33".to_owned(),
+        "list".to_owned(),
+        "add 198.18.0.7 --comment \"two words".to_owned(),
+        format!("del {listed} --source script"),
+    ]);
+    assert!(
+        answers[0].starts_with("error: line 4: '198.18.0.1/33': prefix length out of range"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[1].starts_with("error: line 5: `list` is not a change"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[2].starts_with("error: line 6: unbalanced quotes"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[3].starts_with("ok: 1 deleted (live filter"),
+        "{answers:?}"
+    );
+    assert_eq!(verdict(listed), XdpAction::Pass);
+    assert_eq!(verdict(by_hand), XdpAction::Drop);
+
+    // A burst of lines (the store kept while they wait): every one applied.
+    let burst: Vec<IpAddr> = (0..300u32)
+        .map(|index| IpAddr::V4(Ipv4Addr::from(0xc613_4000 + index))) // 198.19.64.0/23
+        .collect();
+    let lines: Vec<String> = burst
+        .iter()
+        .map(|address| format!("add {address} --source burst"))
+        .collect();
+    let answers = batch.send(&lines);
+    assert!(
+        answers
+            .iter()
+            .all(|answer| answer.starts_with("ok: 1 added")),
+        "{answers:?}"
+    );
+    assert!(burst
+        .iter()
+        .all(|&address| verdict(address) == XdpAction::Drop));
+    let (status, stderr) = batch.end();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(stderr.trim_end(), "cfctl: 3 of 305 commands failed");
+
+    // With --json, an object a line.
+    let mut batch = Batch::start(&cfctl, &["--json"]);
+    let answers = batch.send(&[
+        "import --replace --source burst /dev/null".to_owned(),
+        "del".to_owned(),
+    ]);
+    let done: Value = serde_json::from_str(&answers[0]).expect("JSON");
+    assert_eq!(
+        (done["line"].as_u64(), done["ok"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(done["report"]["deleted"], 300);
+    let refused: Value = serde_json::from_str(&answers[1]).expect("JSON");
+    assert_eq!(refused["ok"], false);
+    assert!(refused["error"]
+        .as_str()
+        .is_some_and(|error| error.contains("required")));
+    assert!(burst
+        .iter()
+        .all(|&address| verdict(address) == XdpAction::Pass));
+    assert_eq!(batch.end().0.code(), Some(1));
 }

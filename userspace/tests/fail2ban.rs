@@ -1,4 +1,4 @@
-//! fail2ban with cfctl's action (`userspace/dist/fail2ban/action.d/cfctl.conf`):
+//! fail2ban with cfctl's action (`userspace/dist/fail2ban/action.d/cfctl.py`):
 //! the real fail2ban from Debian's package (unpacked into target/fail2ban
 //! by `./x setup`) runs in the foreground with its configuration, socket,
 //! log and database in a temp dir; a jail watches a log file the test
@@ -47,9 +47,8 @@ impl Fail2ban {
         for sub in ["action.d", "filter.d"] {
             std::fs::create_dir_all(config.join(sub)).expect("a configuration directory");
         }
-        let action =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/fail2ban/action.d/cfctl.conf");
-        std::fs::copy(action, config.join("action.d/cfctl.conf")).expect("the action");
+        let action = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/fail2ban/action.d/cfctl.py");
+        std::fs::copy(action, config.join("action.d/cfctl.py")).expect("the action");
         for (name, text) in extra_actions {
             std::fs::write(config.join(format!("action.d/{name}.conf")), text).expect("an action");
         }
@@ -87,7 +86,7 @@ impl Fail2ban {
             config.join("jail.conf"),
             format!(
                 "[DEFAULT]\nbackend = polling\nfindtime = 10m\nmaxretry = 3\n\
-                 action = cfctl[cfctl=\"{cfctl_line}\"]\n\n\
+                 action = cfctl.py[cfctl=\"{cfctl_line}\"]\n\n\
                  [test]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = 600\n\n\
                  [repeat]\nenabled = true\nfilter = test\nlogpath = {}\nbantime = 2\n\
                  bantime.increment = true\nbantime.multipliers = 1 300\n\n\
@@ -204,6 +203,26 @@ impl Fail2ban {
         }
     }
 
+    /// The pids of the `cfctl batch` processes fail2ban's actions keep.
+    fn batches(&self) -> Vec<i32> {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let mut pids = Vec::new();
+        for task in std::fs::read_dir(tasks).expect("fail2ban's threads") {
+            let children = std::fs::read_to_string(task.expect("a thread").path().join("children"))
+                .unwrap_or_default();
+            pids.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|pid| pid.parse::<i32>().ok()),
+            );
+        }
+        pids.retain(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| line.split(|&byte| byte == 0).any(|word| word == b"batch"))
+        });
+        pids
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("fail2ban.log")).unwrap_or_default()
     }
@@ -250,6 +269,20 @@ fn fail2ban_bans_reach_the_traffic_and_unbans_let_it_through() {
         !listed(&cfctl, &v4) && !listed(&cfctl, &v6)
     });
     check_traffic(&network, false);
+
+    // The action's `cfctl batch` processes, killed, are started again at
+    // the next ban.
+    let batches = fail2ban.batches();
+    assert_eq!(batches.len(), 3, "one batch for each jail");
+    for pid in batches {
+        // SAFETY: kill has no memory preconditions; the pid is a child of
+        // the fail2ban this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    fail2ban.client(&["set", "test", "banip", &v4]);
+    fail2ban.wait_for("the ban after the batch was killed", || listed(&cfctl, &v4));
+    fail2ban.client(&["set", "test", "unbanip", &v4]);
+    fail2ban.wait_for("the unban after it", || !listed(&cfctl, &v4));
 
     // A repeat offender's second ban is increased (bantime.increment),
     // and fail2ban prolongs the ban it made: the entry's expiry moves out.

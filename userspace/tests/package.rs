@@ -84,7 +84,7 @@ fn the_package_installs_where_debian_puts_things_and_removes_cleanly() {
         ("usr/lib/systemd/system/cfctl-attach@.service", 0o644),
         ("usr/lib/systemd/system-preset/80-cfctl.preset", 0o644),
         ("etc/cfctl/agent.toml", 0o644),
-        ("etc/fail2ban/action.d/cfctl.conf", 0o644),
+        ("etc/fail2ban/action.d/cfctl.py", 0o644),
         ("usr/share/man/man1/cfctl.1.gz", 0o644),
         ("usr/share/man/man1/cfctl-attach.1.gz", 0o644),
         ("usr/share/bash-completion/completions/cfctl", 0o644),
@@ -112,7 +112,7 @@ fn the_package_installs_where_debian_puts_things_and_removes_cleanly() {
     let conffiles = dpkg(r, &["--status", "cfctl"]);
     assert!(conffiles.contains(" /etc/cfctl/agent.toml "), "{conffiles}");
     assert!(
-        conffiles.contains(" /etc/fail2ban/action.d/cfctl.conf "),
+        conffiles.contains(" /etc/fail2ban/action.d/cfctl.py "),
         "{conffiles}"
     );
 

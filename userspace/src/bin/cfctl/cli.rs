@@ -84,6 +84,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// One line of `cfctl batch`: a command with no global options.
+#[derive(Debug, Parser)]
+#[command(name = "cfctl batch", no_binary_name = true)]
+pub struct BatchLine {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct GlobalOptions {
@@ -169,6 +177,19 @@ pub enum Command {
     List(ListArgs),
     /// Print the blocklist as a plain list that `cfctl import` reads back.
     Export(ListArgs),
+    /// Apply changes read from standard input, one command a line, each
+    /// answered on a line of its own.
+    ///
+    /// A line is an add, del, allow add, allow del or import command as it
+    /// would follow `cfctl` (words quoted as a shell quotes them, no global
+    /// options); blank lines and lines starting with # are skipped. Each
+    /// command is applied on its own, all or nothing, and answered with
+    /// `ok: WHAT CHANGED` or `error: line N: WHY` (with --json, an object
+    /// a line); a failed command does not end the batch. The store is
+    /// held only while lines are waiting, so other cfctl commands and the
+    /// agent take turns with a batch that stays open (fail2ban's cfctl.py
+    /// action keeps one). Exit status 1 if any command failed.
+    Batch,
     /// Add every entry of a blocklist file, all or nothing.
     ///
     /// Any invalid line aborts the import with FILE:LINE: reason, and
@@ -262,6 +283,7 @@ impl Command {
             Command::List(_) => "list",
             Command::Export(_) => "export",
             Command::Import(_) => "import",
+            Command::Batch => "batch",
             Command::Status => "status",
             Command::Stats(_) => "stats",
             Command::Top(_) => "top",

@@ -5,6 +5,7 @@
 //! standard error and a non-zero exit status.
 
 mod agent;
+mod batch;
 mod cli;
 mod device;
 mod drops;
@@ -37,12 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(error) => {
-            let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid command line");
-            eprintln!(
-                "cfctl: {} (see cfctl --help)",
-                first.trim_start_matches("error: ")
-            );
+            eprintln!("cfctl: {} (see cfctl --help)", parse_error_line(&error));
             return ExitCode::from(2);
         }
     };
@@ -76,10 +72,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<NotListed>() => ExitCode::from(1),
         Err(error) => {
-            let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
-            // Errors quote input (lines, file and interface names): one line,
-            // no control characters reach the terminal.
-            eprintln!("cfctl: {}", Escaped(&dedup_chain(&chain)));
+            eprintln!("cfctl: {}", error_line(&error));
             // `check` answers like grep: 1 is "not listed", so errors are 2.
             ExitCode::from(if checking { 2 } else { 1 })
         }
@@ -114,6 +107,28 @@ pub(crate) fn answer_check<T: serde::Serialize>(
 /// The message and location of the last panic, which the panic hook keeps
 /// for `main` instead of printing them.
 static PANIC: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// An error and its causes in one line. Errors quote input (lines, file
+/// and interface names): no control character in it reaches a terminal.
+pub(crate) fn error_line(error: &anyhow::Error) -> String {
+    let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
+    Escaped(&dedup_chain(&chain)).to_string()
+}
+
+/// clap's message for a command line it cannot parse, in one line: what
+/// is wrong, without the usage and tips that follow it.
+pub(crate) fn parse_error_line(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let message: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty() && !line.starts_with("Usage:"))
+        .collect();
+    match message.join(" ") {
+        line if line.is_empty() => "invalid command line".to_owned(),
+        line => line.trim_start_matches("error: ").to_owned(),
+    }
+}
 
 /// Joins an error chain with ": ", leaving out messages that repeat the
 /// end of the previous one (transparent wrappers).

@@ -96,6 +96,17 @@ pub fn detach(report: &DetachReport) {
 }
 
 pub fn change(report: &ChangeReport) {
+    println!("{}", change_summary(report));
+    let by = by_source(report);
+    notes(&report.not_listed, &format!("was not listed{by}"));
+    notes(
+        &report.still_listed,
+        "stays listed: other sources list it (`cfctl list` shows which)",
+    );
+}
+
+/// What a change did, in one line (what `cfctl batch` answers with).
+pub fn change_summary(report: &ChangeReport) -> String {
     let count = |value: usize| thousands(value as u64);
     let source = Escaped(&report.source);
     let mut parts = match report.operation {
@@ -129,10 +140,7 @@ pub fn change(report: &ChangeReport) {
             count(report.still_listed.len())
         ));
     }
-    let by = match report.source.as_str() {
-        "*" => String::new(),
-        _ => format!(" by {source}"),
-    };
+    let by = by_source(report);
     if !report.not_listed.is_empty() {
         parts.push(format!("{} not listed{by}", count(report.not_listed.len())));
     }
@@ -154,12 +162,16 @@ pub fn change(report: &ChangeReport) {
         ),
         FilterUpdate::Allowlist => "allowlist map updated".to_owned(),
     };
-    println!("{} ({filter})", parts.join(", "));
-    notes(&report.not_listed, &format!("was not listed{by}"));
-    notes(
-        &report.still_listed,
-        "stays listed: other sources list it (`cfctl list` shows which)",
-    );
+    format!("{} ({filter})", parts.join(", "))
+}
+
+/// ` by SOURCE` for a change of one source's entries, nothing for one
+/// of every source's.
+fn by_source(report: &ChangeReport) -> String {
+    match report.source.as_str() {
+        "*" => String::new(),
+        source => format!(" by {}", Escaped(source)),
+    }
 }
 
 /// One warning line for each of the first ten of `nets`, then how many

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
 use cfctl::control::{
-    self, attach, require_privileges, shape_for_fpr, AttachOptions, Change, Control, EntryRecord,
-    ListKind, NoProgress, StoreUse,
+    self, attach, require_privileges, shape_for_fpr, AttachOptions, Change, ChangeReport, Control,
+    EntryRecord, ListKind, NoProgress, StoreUse,
 };
 use cfctl::sources::{cli, file};
 use cfctl::text::{self, Escaped};
@@ -33,6 +33,10 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
             }
         }
         Command::Top(args) => return crate::drops::top(global, args),
+        Command::Batch => {
+            require_privileges("use the pinned blocklist and its store")?;
+            return crate::batch::run(global);
+        }
         Command::Capture(args) => return crate::drops::capture(global, args),
         Command::Save => {
             bail!("`cfctl save` needs --device (the XDP store is saved on every change)")
@@ -72,10 +76,20 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
         | Command::Allow(AllowCommand::List(_)) => StoreUse::Read,
         _ => StoreUse::Existing,
     };
+    let mut control = open(global, store_use)?;
+    let outcome = on_store(global, &mut control, command);
+    // cfctl exits right after the command: the store need not be closed.
+    control.close_at_exit();
+    outcome
+}
+
+/// Opens the control plane on `--pin-dir` and `--state-dir` for
+/// `store_use`, with notices on standard error, and first ends the
+/// listings that have expired (a use that only reads opens the store
+/// read-only when none has).
+pub fn open(global: &GlobalOptions, store_use: StoreUse) -> anyhow::Result<Control> {
     let notice: Rc<dyn Fn(&str)> = Rc::new(|notice| eprintln!("cfctl: {}", Escaped(notice)));
     let check = global.state_dir_check();
-    // Every command first ends the listings that have expired (a command
-    // that only reads opens the store read-only when none has).
     let mut control = match store_use {
         StoreUse::Read => {
             Control::open_for_reading(&global.pin_dir, &global.state_dir, check, notice)?
@@ -93,10 +107,7 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
         }
     };
     control.set_force(global.force);
-    let outcome = on_store(global, &mut control, command);
-    // cfctl exits right after the command: the store need not be closed.
-    control.close_at_exit();
-    outcome
+    Ok(control)
 }
 
 /// Runs a command that needs the store.
@@ -105,14 +116,12 @@ fn on_store(
     control: &mut Control,
     command: &Command,
 ) -> anyhow::Result<()> {
+    if let Some(change) = ListChange::of(command) {
+        let report = change.apply(global, control, Progress::Shown)?;
+        return print(global, &report, report::change);
+    }
     match command {
         Command::Attach(args) => attach(global, control, args),
-        Command::Add(args) => add(global, control, ListKind::Blocklist, args),
-        Command::Del(args) => delete(global, control, ListKind::Blocklist, args),
-        Command::Allow(AllowCommand::Add(args)) => add(global, control, ListKind::Allowlist, args),
-        Command::Allow(AllowCommand::Del(args)) => {
-            delete(global, control, ListKind::Allowlist, args)
-        }
         Command::Allow(AllowCommand::List(args)) => {
             list(global, control, ListKind::Allowlist, args)
         }
@@ -129,7 +138,6 @@ fn on_store(
                 false => report::export(&entries),
             }
         }
-        Command::Import(args) => import(global, control, args),
         Command::Status => print(
             global,
             &report::FullStatus::of(control, &global.state_dir)?,
@@ -166,8 +174,13 @@ fn on_store(
             let summary = control.resize(args.capacity)?;
             print(global, &summary, report::resize)
         }
+        Command::Add(_)
+        | Command::Del(_)
+        | Command::Allow(AllowCommand::Add(_) | AllowCommand::Del(_))
+        | Command::Import(_) => unreachable!("a list change, applied above"),
         Command::Stats(_)
         | Command::Top(_)
+        | Command::Batch
         | Command::Capture(_)
         | Command::Save
         | Command::Agent(_)
@@ -196,12 +209,55 @@ fn attach(global: &GlobalOptions, control: &mut Control, args: &AttachArgs) -> a
     print(global, &report, report::attach)
 }
 
+/// A command that changes a list: what `cfctl batch` takes.
+#[derive(Clone, Copy)]
+pub enum ListChange<'a> {
+    Add(ListKind, &'a AddArgs),
+    Delete(ListKind, &'a DelArgs),
+    Import(&'a ImportArgs),
+}
+
+/// Whether an import shows its progress on the terminal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Shown,
+    Hidden,
+}
+
+impl<'a> ListChange<'a> {
+    /// The change `command` makes, if it is one.
+    pub fn of(command: &'a Command) -> Option<Self> {
+        Some(match command {
+            Command::Add(args) => Self::Add(ListKind::Blocklist, args),
+            Command::Del(args) => Self::Delete(ListKind::Blocklist, args),
+            Command::Allow(AllowCommand::Add(args)) => Self::Add(ListKind::Allowlist, args),
+            Command::Allow(AllowCommand::Del(args)) => Self::Delete(ListKind::Allowlist, args),
+            Command::Import(args) => Self::Import(args),
+            _ => return None,
+        })
+    }
+
+    /// Parses the change's input and applies it, all or nothing.
+    pub fn apply(
+        self,
+        global: &GlobalOptions,
+        control: &mut Control,
+        shown: Progress,
+    ) -> anyhow::Result<ChangeReport> {
+        match self {
+            Self::Add(list, args) => add(global, control, list, args),
+            Self::Delete(list, args) => delete(control, list, args),
+            Self::Import(args) => import(global, control, args, shown),
+        }
+    }
+}
+
 fn add(
     global: &GlobalOptions,
     control: &mut Control,
     list: ListKind,
     args: &AddArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ChangeReport> {
     let nets = nets_to_add(global, &args.entries)?;
     let source = cli::check_source_name(&args.source)?;
     let comment = match args.comment.as_deref() {
@@ -214,34 +270,29 @@ fn add(
         source,
         entries: &entries,
     };
-    let report = control.change(list, change, &NoProgress)?;
-    print(global, &report, report::change)
+    Ok(control.change(list, change, &NoProgress)?)
 }
 
-fn delete(
-    global: &GlobalOptions,
-    control: &mut Control,
-    list: ListKind,
-    args: &DelArgs,
-) -> anyhow::Result<()> {
+fn delete(control: &mut Control, list: ListKind, args: &DelArgs) -> anyhow::Result<ChangeReport> {
     let nets = parse_nets(&args.entries)?;
     let source = args
         .source
         .as_deref()
         .map(cli::check_source_name)
         .transpose()?;
-    let report = control.change(
-        list,
-        Change::Delete {
-            source,
-            nets: &nets,
-        },
-        &NoProgress,
-    )?;
-    print(global, &report, report::change)
+    let change = Change::Delete {
+        source,
+        nets: &nets,
+    };
+    Ok(control.change(list, change, &NoProgress)?)
 }
 
-fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> anyhow::Result<()> {
+fn import(
+    global: &GlobalOptions,
+    control: &mut Control,
+    args: &ImportArgs,
+    shown: Progress,
+) -> anyhow::Result<ChangeReport> {
     let list = read_list(global, args)?;
     let source = match &args.source {
         Some(source) => source.clone(),
@@ -260,10 +311,14 @@ fn import(global: &GlobalOptions, control: &mut Control, args: &ImportArgs) -> a
             entries: &entries,
         },
     };
-    let bar = progress::Bar::new(entries.len());
-    let report = control.change(ListKind::Blocklist, change, &bar)?;
-    drop(bar);
-    print(global, &report, report::change)
+    let report = match shown {
+        Progress::Shown => {
+            let bar = progress::Bar::new(entries.len());
+            control.change(ListKind::Blocklist, change, &bar)?
+        }
+        Progress::Hidden => control.change(ListKind::Blocklist, change, &NoProgress)?,
+    };
+    Ok(report)
 }
 
 fn verify(global: &GlobalOptions, control: &mut Control) -> anyhow::Result<()> {
