@@ -73,6 +73,10 @@ fn cfctl_drives_the_qemu_firmware() {
     assert_eq!(status["entries"], unique.len());
     assert_eq!(status["saved_sequence"], import["sequence"]);
     assert_eq!(status["reset_cause"], "power-on");
+    // An import is a new image: its journal is empty.
+    assert_eq!(status["journal"]["records"], 0);
+    let journal_capacity = status["journal"]["capacity"].clone();
+    assert!(journal_capacity.as_u64() > Some(1000), "{status}");
 
     // An address inside the first entry is listed; one in the benchmarking
     // range is not (unless a false positive, which 16-bit fingerprints
@@ -99,6 +103,11 @@ fn cfctl_drives_the_qemu_firmware() {
     assert_eq!(
         device_json(&device, &["check", "198.18.0.77"])["listed"],
         true
+    );
+    // The delete and the add are a record each in the journal.
+    assert_eq!(
+        device_json(&device, &["status"])["journal"],
+        serde_json::json!({ "records": 2, "capacity": journal_capacity })
     );
 
     // A bad list: one line naming file and line, and the device unchanged.
@@ -135,9 +144,11 @@ fn cfctl_drives_the_qemu_firmware() {
     assert_eq!(stats["added"], 1);
     let saved = device_json(&device, &["save"]);
     let sequence = saved["saved_sequence"].as_u64().expect("a sequence number");
+    let status = device_json(&device, &["status"]);
+    assert_eq!(status["saved_sequence"], sequence);
     assert_eq!(
-        device_json(&device, &["status"])["saved_sequence"],
-        sequence
+        status["journal"]["records"], 0,
+        "a save folds the journal in"
     );
     assert_eq!(device_json(&device, &["status"])["entries"], unique.len());
 

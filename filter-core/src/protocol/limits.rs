@@ -4,8 +4,9 @@
 /// The protocol version exchanged in [`Request::Hello`](super::Request::Hello). Version 2 put
 /// every message in an [`Envelope`](super::Envelope) with a request id;
 /// version 3 added [`Request::Traffic`](super::Request::Traffic);
-/// version 4 the [`ResetCause`](super::ResetCause) in [`Info`](super::Info).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// version 4 the [`ResetCause`](super::ResetCause) in [`Info`](super::Info);
+/// version 5 the [`JournalFill`](super::JournalFill) in it.
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The id of the answer to a frame whose own id could not be read (a
 /// damaged frame); a request sent with this id is never replayed.
 pub const NO_ID: u32 = 0;

@@ -165,8 +165,24 @@ pub struct Info {
     pub prefix_lengths: PrefixLengths,
     /// Sequence number of the newest saved image, if any.
     pub saved_sequence: Option<u32>,
+    /// The journal of changes kept in flash after that image (`None`
+    /// before any image is saved).
+    pub journal: Option<JournalFill>,
     /// Why the device last started.
     pub reset_cause: ResetCause,
+}
+
+/// How full a device's journal is ([`Info`]): the adds, deletes and clears
+/// since its image was saved, one record per key, kept in flash after the
+/// image until a save folds them into a new image (which a device does by
+/// itself when the journal has no room for a request's records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct JournalFill {
+    /// Records written.
+    pub records: u32,
+    /// Records the journal holds.
+    pub capacity: u32,
 }
 
 /// Why a device last started, as far as its board can tell ([`Info`]).

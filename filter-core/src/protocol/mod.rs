@@ -92,7 +92,8 @@ pub use frame::{
 pub use item::{contains, locate_item, Item, Located, Prefix, PrefixLengths};
 pub use limits::{CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION};
 pub use message::{
-    Envelope, FamilyTraffic, FrameCount, Info, Request, ResetCause, Response, Stats, Traffic,
+    Envelope, FamilyTraffic, FrameCount, Info, JournalFill, Request, ResetCause, Response, Stats,
+    Traffic,
 };
 
 #[cfg(test)]

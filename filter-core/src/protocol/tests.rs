@@ -107,6 +107,10 @@ fn the_largest_responses_fit_the_response_buffer() {
             entries: u32::MAX,
             prefix_lengths: all_lengths,
             saved_sequence: Some(u32::MAX),
+            journal: Some(JournalFill {
+                records: u32::MAX,
+                capacity: u32::MAX,
+            }),
             reset_cause: ResetCause::Unknown,
         }),
         Response::Stats(Stats {

@@ -268,6 +268,7 @@ where
             entries: self.filter.len() as u32,
             prefix_lengths: self.prefix_lengths,
             saved_sequence: self.store.current_sequence(),
+            journal: self.store.journal_fill(),
             reset_cause: self.reset_cause,
         }
     }

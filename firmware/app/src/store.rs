@@ -34,7 +34,7 @@
 use core::cell::RefCell;
 
 use embedded_storage::nor_flash::NorFlash;
-use filter_core::protocol::PrefixLengths;
+use filter_core::protocol::{JournalFill, PrefixLengths};
 use filter_core::snapshot::{SnapshotError, SnapshotLoader};
 use filter_core::{BucketStorage, CuckooFilter, Fingerprint};
 
@@ -215,6 +215,8 @@ pub struct ImageStore<Flash> {
 /// snapshot (see [`crate::journal`]).
 #[derive(Clone, Copy, Debug)]
 struct JournalSpace {
+    /// Where the first record goes.
+    start: u32,
     /// Where the next record goes.
     next: u32,
     /// The end of the slot.
@@ -456,8 +458,10 @@ impl<Flash: NorFlash> ImageStore<Flash> {
     fn journal_after(&self, slot: usize, record: &Record) -> JournalSpace {
         let start = self.slot_offset(slot);
         let snapshot_end = RECORD_LEN.saturating_add(record.image_len);
+        let first = start.saturating_add(snapshot_end.next_multiple_of(JOURNAL_RECORD));
         JournalSpace {
-            next: start.saturating_add(snapshot_end.next_multiple_of(JOURNAL_RECORD)),
+            start: first,
+            next: first,
             end: start.saturating_add(self.layout.slot_len),
             sequence: record.sequence,
         }
@@ -468,6 +472,15 @@ impl<Flash: NorFlash> ImageStore<Flash> {
     pub fn journal_room(&self) -> usize {
         self.journal.map_or(0, |space| {
             (space.end.saturating_sub(space.next) / JOURNAL_RECORD) as usize
+        })
+    }
+
+    /// How full the journal of the image in use is (`None` without an
+    /// image in use).
+    pub fn journal_fill(&self) -> Option<JournalFill> {
+        self.journal.map(|space| JournalFill {
+            records: space.next.saturating_sub(space.start) / JOURNAL_RECORD,
+            capacity: space.end.saturating_sub(space.start) / JOURNAL_RECORD,
         })
     }
 

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use embedded_storage::nor_flash::{ErrorType, NorFlash, NorFlashErrorKind, ReadNorFlash};
 use filter_core::protocol::{
-    self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause,
-    Response, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    self, Envelope, Error, FrameError, Info, Item, JournalFill, Prefix, PrefixLengths, Request,
+    ResetCause, Response, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::{AddressFamily, StaticCuckooFilter};
 use firmware::serve::PortError;
@@ -732,13 +732,16 @@ fn adds_deletes_and_a_clear_outlive_a_reset_without_a_save() {
     let mut filter = Filter::new(0);
     let mut device = boot(&mut filter, &mut memory);
     let listed = v4([198, 18, 7, 0], 24);
+    assert_eq!(info(&mut device).journal, None, "no image, no journal");
     assert_eq!(
         ask(&mut device, Request::Add(Item::U64(1))),
         Response::Added
     );
     // The first change of a device with no image saves one; the next ones
     // go to its journal.
-    assert_eq!(info(&mut device).saved_sequence, Some(1));
+    let first = info(&mut device);
+    assert_eq!(first.saved_sequence, Some(1));
+    let journal = first.journal.expect("a journal after the image");
     assert_eq!(ask(&mut device, Request::Clear), Response::Cleared);
     for request in [
         Request::Add(Item::U64(2)),
@@ -753,6 +756,14 @@ fn adds_deletes_and_a_clear_outlive_a_reset_without_a_save() {
     );
     let info_before = info(&mut device);
     let before = held(device.filter());
+    // A record each: the clear, three adds and the delete.
+    assert_eq!(
+        info_before.journal,
+        Some(JournalFill {
+            records: journal.records + 5,
+            capacity: journal.capacity
+        })
+    );
 
     let mut rebooted = Filter::new(0);
     let mut device = boot(&mut rebooted, &mut memory);
@@ -761,6 +772,10 @@ fn adds_deletes_and_a_clear_outlive_a_reset_without_a_save() {
     assert_eq!(after.entries, 2);
     assert_eq!(after.prefix_lengths, info_before.prefix_lengths);
     assert_eq!(after.saved_sequence, Some(1), "no image saved since");
+    assert_eq!(
+        after.journal, info_before.journal,
+        "replay ends where it was"
+    );
     for (item, present) in [
         (Item::U64(1), false),
         (Item::U64(2), false),
@@ -782,15 +797,24 @@ fn a_full_journal_is_folded_into_a_new_image_and_starts_over() {
     let mut device = boot(&mut filter, &mut memory);
     let first = info(&mut device).saved_sequence.unwrap();
     let mut folds = Vec::new();
+    let mut records = info(&mut device).journal.unwrap().records;
     for value in 100..200 {
         assert_eq!(
             ask(&mut device, Request::Add(Item::U64(value))),
             Response::Added
         );
-        let saved = info(&mut device).saved_sequence.unwrap();
+        let now = info(&mut device);
+        let saved = now.saved_sequence.unwrap();
+        let journal = now.journal.unwrap();
         if saved != folds.last().copied().unwrap_or(first) {
             folds.push(saved);
+            // The fold took the journal in; the add is its first record.
+            assert_eq!(journal.records, 1);
+        } else {
+            assert_eq!(journal.records, records + 1);
         }
+        assert!(journal.records <= journal.capacity);
+        records = journal.records;
     }
     // The test's slots hold about 25 records after their image.
     assert!(

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use filter_core::protocol::{Info, ResetCause};
+use filter_core::protocol::{Info, JournalFill, ResetCause};
 use filter_core::AddressFamily;
 use ipnet::IpNet;
 
@@ -560,6 +560,9 @@ pub struct DeviceStatus {
     ipv4_lengths: Vec<u8>,
     ipv6_lengths: Vec<u8>,
     saved_sequence: Option<u32>,
+    /// The journal of changes after the saved image: records written and
+    /// room (a save, or a full journal, folds it into a new image).
+    journal: Option<JournalFill>,
     /// Why the device last started: `power-on`, `pin`, `brownout`,
     /// `watchdog`, `software`, `panic`, `hardfault`, `low-power` or
     /// `unknown`.
@@ -585,6 +588,7 @@ impl DeviceStatus {
             ipv4_lengths: active(AddressFamily::Ipv4, 32),
             ipv6_lengths: active(AddressFamily::Ipv6, 128),
             saved_sequence: info.saved_sequence,
+            journal: info.journal,
             reset_cause: reset_cause_name(info.reset_cause),
         }
     }
@@ -630,6 +634,13 @@ pub fn device_status(status: &DeviceStatus) {
     match status.saved_sequence {
         Some(sequence) => println!("saved        image {sequence}"),
         None => println!("saved        nothing saved yet"),
+    }
+    if let Some(journal) = status.journal {
+        println!(
+            "journal      {} of {} records since the image (a full journal is folded into a new image)",
+            thousands(u64::from(journal.records)),
+            thousands(u64::from(journal.capacity)),
+        );
     }
     println!("started by   {}", status.reset_cause);
 }
