@@ -20,8 +20,8 @@ use etherparse::{
     PacketBuilder, VlanId,
 };
 use filter_core::protocol::{
-    Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause, Response,
-    Stats, CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
+    Envelope, Error, FrameError, Info, Item, JournalFill, Prefix, PrefixLengths, Request,
+    ResetCause, Response, Stats, CHUNK_ALIGN, MAX_BATCH, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
 };
 use filter_core::AddressFamily;
 use firmware::{Device, RamFlash};
@@ -259,6 +259,10 @@ fn device_responses(dir: &Path) {
         entries: 12,
         prefix_lengths: PrefixLengths::new(),
         saved_sequence: Some(3),
+        journal: Some(JournalFill {
+            records: 40,
+            capacity: 4064,
+        }),
         reset_cause: ResetCause::Watchdog,
     };
     for (name, bytes) in [
