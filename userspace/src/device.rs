@@ -5,10 +5,13 @@
 //!
 //! * [`link`]: request ids, discarding answers that are not this
 //!   request's, and resending until the answer comes;
-//! * [`port`]: opens the stream (serial port or pty, unix socket, TCP).
+//! * [`port`]: opens the stream (serial port or pty, unix socket, TCP,
+//!   sealed UDP);
+//! * [`sealed`]: frames as datagrams sealed under the device's key.
 
 pub mod link;
 pub mod port;
+pub mod sealed;
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -19,7 +22,7 @@ use filter_core::protocol::{
 };
 
 pub use link::{Link, LinkStats, LinkTiming};
-pub use port::{Port, Target};
+pub use port::{Port, PortSettings, Target};
 
 /// Why a request to the device failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +64,15 @@ pub struct DeviceClient<P> {
 impl DeviceClient<Box<dyn Port>> {
     /// Opens `target` (see [`Target::parse`]) and says hello; returns the
     /// client and the device's [`Info`].
-    pub fn open(target: &str, baud: u32, timing: LinkTiming) -> Result<(Self, Info), DeviceError> {
+    pub fn open(
+        target: &str,
+        settings: &PortSettings,
+        timing: LinkTiming,
+    ) -> Result<(Self, Info), DeviceError> {
         // Reads wake the link often enough to resend on time (a zero read
         // timeout would mean "never" to the socket).
         let poll = (timing.resend_after / 4).max(Duration::from_millis(1));
-        let port = Target::parse(target).open(baud, poll)?;
+        let port = Target::parse(target).open(settings, poll)?;
         let mut client = DeviceClient::with_timing(port, timing);
         let info = client.hello()?;
         Ok((client, info))

@@ -19,7 +19,9 @@ use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::qemu::{firmware_elf, firmware_elf_with_fault_triggers, repo_root, Qemu};
+use common::qemu::{
+    firmware_elf, firmware_elf_with_fault_triggers, repo_root, stack_high_water_mark, Qemu,
+};
 use common::serial_line::{Faults, SerialLine};
 
 use cfctl::device::{DeviceClient, DeviceError, LinkTiming};
@@ -304,12 +306,7 @@ fn firmware_in_qemu_matches_filter_core() {
         .all(|present| present));
 
     let log = qemu.stop_and_decode_log(&elf);
-    let stack_used = log
-        .lines()
-        .filter_map(|line| line.split("stack high-water mark: ").nth(1))
-        .filter_map(|rest| rest.trim_end_matches(" bytes").parse::<usize>().ok())
-        .max()
-        .expect("no stack high-water mark in the log");
+    let stack_used = stack_high_water_mark(&log);
     assert!(
         stack_used < 7 * 1024,
         "the firmware used {stack_used} bytes of stack"

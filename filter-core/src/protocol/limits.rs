@@ -5,7 +5,8 @@
 /// every message in an [`Envelope`](super::Envelope) with a request id;
 /// version 3 added [`Request::Traffic`](super::Request::Traffic);
 /// version 4 the [`ResetCause`](super::ResetCause) in [`Info`](super::Info);
-/// version 5 the [`JournalFill`](super::JournalFill) in it.
+/// version 5 the [`JournalFill`](super::JournalFill) in it, and the
+/// datagram counters in [`Stats`](super::Stats).
 pub const PROTOCOL_VERSION: u16 = 5;
 /// The id of the answer to a frame whose own id could not be read (a
 /// damaged frame); a request sent with this id is never replayed.

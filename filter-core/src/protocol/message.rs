@@ -231,6 +231,12 @@ pub struct Stats {
     pub saves: u32,
     /// Retransmitted requests answered again without being executed again.
     pub replayed: u32,
+    /// Datagrams refused for a wrong authentication tag (or too short to
+    /// carry one): not answered.
+    pub datagrams_refused: u32,
+    /// Datagrams with a right tag but a counter not above the highest
+    /// taken (replays): answered as stale, not executed.
+    pub datagrams_stale: u32,
 }
 
 /// Frames and bytes of one counter of [`Traffic`].

@@ -77,7 +77,11 @@
 //!   [`PROTOCOL_VERSION`].
 //! * [`frame`]: bytes on the wire: [`encode`], [`decode`] and the
 //!   [`FrameReader`] that cuts a stream into frames.
+//! * `datagram` (feature `datagram`): frames over UDP, one a datagram,
+//!   sealed with a counter and an HMAC-SHA256 tag.
 
+#[cfg(feature = "datagram")]
+pub mod datagram;
 pub mod error;
 pub mod frame;
 pub mod item;

@@ -123,6 +123,8 @@ fn the_largest_responses_fit_the_response_buffer() {
             hits: u32::MAX,
             saves: u32::MAX,
             replayed: u32::MAX,
+            datagrams_refused: u32::MAX,
+            datagrams_stale: u32::MAX,
         }),
         Response::Traffic({
             let most = FrameCount {

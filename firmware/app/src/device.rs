@@ -9,6 +9,11 @@
 //! when that has no room, a new image is saved. A change whose writing
 //! fails is undone in the live filter and answered with a storage error.
 //!
+//! Requests also come in UDP datagrams ([`Device::answer_datagram`]),
+//! sealed under a key: a datagram whose tag is wrong is not answered, and
+//! one whose counter is not above the highest taken (through resets: the
+//! counters are leased in the journal) is answered as stale, not executed.
+//!
 //! Invariants: every frame gets exactly one response frame, which carries
 //! the request's id ([`NO_ID`] when the frame could not be read); a
 //! damaged frame changes nothing; a retransmitted request (the same id
@@ -16,6 +21,7 @@
 //! response and not executed again (see [`filter_core::protocol`]).
 
 use embedded_storage::nor_flash::NorFlash;
+use filter_core::protocol::datagram::{self, Key, Kind, MAX_RESPONSE_DATAGRAM_LEN};
 use filter_core::protocol::{
     self, Envelope, Error, FrameError, Info, Item, Prefix, PrefixLengths, Request, ResetCause,
     Response, Stats, Traffic, MAX_CHUNK_LEN, NO_ID, PROTOCOL_VERSION,
@@ -34,6 +40,11 @@ struct Upload {
     received: u32,
     prefix_lengths: PrefixLengths,
 }
+
+/// Datagram counters leased at a time: a lease record is written when a
+/// counter passes the lease, so about one a second for a host counting in
+/// microseconds.
+const LEASE_STEP: u64 = 1 << 20;
 
 /// The last request executed, to recognise a retransmission of it.
 #[derive(Clone, Debug)]
@@ -54,6 +65,8 @@ pub struct Device<'f, F: Fingerprint, const S: usize, B, Flash> {
     stats: Stats,
     traffic: Traffic,
     reset_cause: ResetCause,
+    /// The highest datagram counter taken (after a reset: the lease).
+    highest_counter: u64,
 }
 
 impl<'f, F, const S: usize, B, Flash> Device<'f, F, S, B, Flash>
@@ -114,9 +127,11 @@ where
                 PrefixLengths::new()
             }
         };
+        let highest_counter = store.lease();
         Self {
             filter,
             prefix_lengths,
+            highest_counter,
             store,
             upload: None,
             last_request: None,
@@ -141,6 +156,68 @@ where
             protocol::contains(filter, lengths, &Item::Net(*source)).unwrap_or(false)
         };
         bridge(frame, vlans, lists, &mut self.traffic)
+    }
+
+    /// Answers a request datagram sealed under `key` (see
+    /// [`filter_core::protocol::datagram`]) with a datagram encoded into
+    /// `out`: the response under the request's counter, or, for a counter
+    /// not above the highest taken, a stale answer under that highest.
+    /// Returns the answer, or `None` for a datagram not sealed under `key`
+    /// (counted, never answered) or when the counter cannot be leased in
+    /// flash. The request's frame is decoded in place in `datagram`.
+    pub fn answer_datagram<'o>(
+        &mut self,
+        key: &Key,
+        datagram: &mut [u8],
+        out: &'o mut [u8; MAX_RESPONSE_DATAGRAM_LEN],
+    ) -> Option<&'o [u8]> {
+        let counter = match datagram::open(key, datagram) {
+            Ok(opened) if opened.kind == Kind::Request => opened.counter,
+            _ => {
+                self.stats.datagrams_refused = self.stats.datagrams_refused.wrapping_add(1);
+                return None;
+            }
+        };
+        if counter <= self.highest_counter {
+            self.stats.datagrams_stale = self.stats.datagrams_stale.wrapping_add(1);
+            let len = datagram::seal(key, Kind::Stale, self.highest_counter, &[], out)?;
+            return out.get(..len);
+        }
+        if let Err(_error) = self.lease_through(counter) {
+            crate::log_warn!("datagram counters cannot be leased: {}", _error);
+            return None;
+        }
+        self.highest_counter = counter;
+        let frame_end = datagram.len() - datagram::TAG_LEN;
+        let frame = datagram.get_mut(datagram::HEADER_LEN..frame_end)?;
+        // The frame as the serial link carries it: without its delimiter.
+        let frame = match frame.split_last_mut() {
+            Some((0, frame)) => Ok(frame),
+            _ => Err(FrameError::Encoding),
+        };
+        // The response is encoded in place, between header and tag.
+        let response_end = datagram::HEADER_LEN + protocol::MAX_RESPONSE_FRAME_LEN;
+        let response = out
+            .get_mut(datagram::HEADER_LEN..response_end)?
+            .try_into()
+            .ok()?;
+        let frame_len = self.answer_frame(frame, response).len();
+        let len = datagram::seal_in_place(key, Kind::Response, counter, frame_len, out)?;
+        out.get(..len)
+    }
+
+    /// Makes sure the journal leases datagram counters up to `counter`.
+    fn lease_through(&mut self, counter: u64) -> Result<(), StoreError> {
+        if counter <= self.store.lease() {
+            return Ok(());
+        }
+        let lease = counter.saturating_add(LEASE_STEP);
+        if self.store.extend_lease(lease)? == Appended::NoRoom {
+            // A new image's journal starts with the lease, and has room.
+            self.save().map_err(|_| StoreError::Flash)?;
+            self.store.extend_lease(lease)?;
+        }
+        Ok(())
     }
 
     /// Answers one frame (or a framing error) with one response frame
@@ -534,6 +611,8 @@ fn apply<F: Fingerprint, const S: usize, B: BucketStorage<F, S>>(
             filter.remove_hash(hash);
         }
         Change::Clear => filter.clear(),
+        // The store keeps leases itself (see `ImageStore::lease`).
+        Change::Lease(_) => {}
     }
 }
 
@@ -546,7 +625,7 @@ fn apply_lengths(prefix_lengths: &mut PrefixLengths, change: Change) {
             ..
         } => prefix_lengths.insert(family, len),
         Change::Clear => *prefix_lengths = PrefixLengths::new(),
-        Change::Insert { network: None, .. } | Change::Remove(_) => {}
+        Change::Insert { network: None, .. } | Change::Remove(_) | Change::Lease(_) => {}
     }
 }
 

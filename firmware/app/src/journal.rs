@@ -10,11 +10,11 @@
 //!
 //! | offset | size | contents |
 //! |---|---|---|
-//! | 0 | 1 | kind: 1 insert, 2 insert of an IPv4 network, 3 of an IPv6 network, 4 remove, 5 clear (`0xff`: erased, the journal's end) |
+//! | 0 | 1 | kind: 1 insert, 2 insert of an IPv4 network, 3 of an IPv6 network, 4 remove, 5 clear, 6 datagram counter lease (`0xff`: erased, the journal's end) |
 //! | 1 | 1 | the network's prefix length (kinds 2 and 3) |
 //! | 2 | 1 | records in the change this record belongs to (1 to 255) |
 //! | 3 | 1 | this record's place in that change (0 first) |
-//! | 4 | 8 | the key's hash, little-endian (for the image's seed) |
+//! | 4 | 8 | the key's hash, little-endian (for the image's seed); for a lease, the counter |
 //! | 12 | 4 | CRC-32 of the image's sequence number (LE) and bytes 0 to 11 |
 //!
 //! # Why power loss cannot half-apply a change
@@ -54,6 +54,10 @@ pub enum Change {
     Remove(KeyHash),
     /// Every key removed.
     Clear,
+    /// Datagrams up to this counter may have been taken: after a reset,
+    /// none up to it is taken again (see [`crate::Device::answer_datagram`]).
+    /// Changes no key.
+    Lease(u64),
 }
 
 /// A record as read back.
@@ -79,6 +83,7 @@ const INSERT_V4: u8 = 2;
 const INSERT_V6: u8 = 3;
 const REMOVE: u8 = 4;
 const CLEAR: u8 = 5;
+const LEASE: u8 = 6;
 const COVERED: usize = RECORD_LEN - 4;
 
 /// The record of `change`, record `place` of `records`, written after the
@@ -99,6 +104,7 @@ pub fn encode(change: Change, records: u8, place: u8, sequence: u32) -> [u8; REC
         } => (INSERT_V6, len, hash.0),
         Change::Remove(hash) => (REMOVE, 0, hash.0),
         Change::Clear => (CLEAR, 0, 0),
+        Change::Lease(counter) => (LEASE, 0, counter),
     };
     let mut record = [0u8; RECORD_LEN];
     let (header, rest) = record.split_at_mut(4);
@@ -135,6 +141,7 @@ pub fn decode(record: &[u8; RECORD_LEN], sequence: u32) -> Read {
         INSERT_V6 => insert(Some((AddressFamily::Ipv6, prefix_len))),
         REMOVE => Change::Remove(hash),
         CLEAR => Change::Clear,
+        LEASE => Change::Lease(hash.0),
         _ => return Read::Damaged,
     };
     Read::Intact {
@@ -159,7 +166,7 @@ fn checksum(sequence: u32, header: &[u8], hash: &[u8]) -> u32 {
 mod tests {
     use super::*;
 
-    const CHANGES: [Change; 5] = [
+    const CHANGES: [Change; 6] = [
         Change::Insert {
             hash: KeyHash(0x0123_4567_89ab_cdef),
             network: None,
@@ -174,6 +181,7 @@ mod tests {
         },
         Change::Remove(KeyHash(42)),
         Change::Clear,
+        Change::Lease(u64::MAX - 1),
     ];
 
     #[test]

@@ -18,6 +18,9 @@
 //!   ([`SerialServer`], and the loop [`serve()`]).
 //! * [`bridge`]: a filtering bridge between two VLANs on an Ethernet port,
 //!   with the XDP program's parser and counters (boards with Ethernet).
+//! * [`endpoint`]: the device's own IPv4 address and UDP port on an
+//!   Ethernet port, where it takes sealed requests (updates over the
+//!   network).
 //! * [`rx_ring`]: received bytes queued by an interrupt handler for the
 //!   main loop (boards with interrupt-driven reception).
 #![no_std]
@@ -27,6 +30,7 @@
 pub mod bridge;
 mod checksum;
 pub mod device;
+pub mod endpoint;
 pub mod journal;
 pub mod ram_flash;
 pub mod rx_ring;
@@ -35,6 +39,7 @@ pub mod store;
 
 pub use bridge::Verdict;
 pub use device::Device;
+pub use endpoint::UdpEndpoint;
 pub use ram_flash::RamFlash;
 pub use rx_ring::{RingReader, RxRing};
 pub use serve::{serve, SerialServer};

@@ -209,6 +209,10 @@ pub struct ImageStore<Flash> {
     next_sequence: u32,
     /// Where the image in use keeps its journal.
     journal: Option<JournalSpace>,
+    /// The datagram counter leased in the journal (0: none): no datagram
+    /// up to it is taken after a reset. Every new image's journal starts
+    /// with it.
+    lease: u64,
 }
 
 /// The journal of the image in use: the erased space of its slot after the
@@ -254,6 +258,7 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             current_slot: None,
             next_sequence: 1,
             journal: None,
+            lease: 0,
         };
         let newest = (0..2)
             .filter_map(|slot| store.record(slot))
@@ -389,14 +394,24 @@ impl<Flash: NorFlash> ImageStore<Flash> {
             image_len,
             prefix_lengths,
         };
+        let mut journal = self.journal_after(slot, &record);
         {
             let mut flash = self.flash.try_borrow_mut().map_err(|_| StoreError::Flash)?;
+            // The lease goes into the new journal before the record makes
+            // the image the one in use: no moment without it.
+            if self.lease > 0 {
+                let lease = journal::encode(Change::Lease(self.lease), 1, 0, record.sequence);
+                flash
+                    .write(journal.next, &lease)
+                    .map_err(|_| StoreError::Flash)?;
+                journal.next += JOURNAL_RECORD;
+            }
             flash
                 .write(self.slot_offset(slot), &record.encode())
                 .map_err(|_| StoreError::Flash)?;
         }
         self.current_slot = Some(slot);
-        self.journal = Some(self.journal_after(slot, &record));
+        self.journal = Some(journal);
         self.next_sequence = self.next_sequence.wrapping_add(1);
         Ok(Image {
             sequence: record.sequence,
@@ -484,6 +499,21 @@ impl<Flash: NorFlash> ImageStore<Flash> {
         })
     }
 
+    /// The datagram counter leased in flash (0: none).
+    pub fn lease(&self) -> u64 {
+        self.lease
+    }
+
+    /// Leases datagram counters up to `counter` in the journal; the lease
+    /// holds once written ([`Appended::NoRoom`]: save a new image first).
+    pub fn extend_lease(&mut self, counter: u64) -> Result<Appended, StoreError> {
+        let appended = self.append(core::iter::once(Change::Lease(counter)))?;
+        if appended == Appended::Written {
+            self.lease = counter;
+        }
+        Ok(appended)
+    }
+
     /// Writes the records of one request's `changes` to the journal of the
     /// image in use. Nothing is written when they do not fit
     /// ([`Appended::NoRoom`]); a write that fails leaves a change that is
@@ -537,10 +567,13 @@ impl<Flash: NorFlash> ImageStore<Flash> {
                     // Read again to apply: a change is checked whole first,
                     // without a buffer for its records.
                     for place in 0..records {
-                        if let Some(journal::Read::Intact { change, .. }) =
-                            self.journal_record(&space, place)
-                        {
-                            apply(change);
+                        match self.journal_record(&space, place) {
+                            Some(journal::Read::Intact {
+                                change: Change::Lease(counter),
+                                ..
+                            }) => self.lease = self.lease.max(counter),
+                            Some(journal::Read::Intact { change, .. }) => apply(change),
+                            _ => {}
                         }
                     }
                     space.next += u32::from(records) * JOURNAL_RECORD;

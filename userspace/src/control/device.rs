@@ -22,6 +22,7 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 use std::time::Duration;
 
+pub use crate::device::PortSettings;
 use crate::device::{DeviceClient, DeviceError, LinkTiming, Port};
 use crate::filter::{self, by_shape};
 use crate::plan::{KeyPlan, PlanError, PlanLimits};
@@ -117,13 +118,14 @@ pub struct DeviceControl {
 impl DeviceControl {
     /// Connects to `target` (a serial port or pty, a unix socket, or
     /// `tcp:HOST:PORT`) and says hello.
-    pub fn open(target: &str, baud: u32) -> Result<Self> {
-        let (client, info) = DeviceClient::open(target, baud, DEVICE_TIMING).map_err(|source| {
-            DeviceControlError::Device {
-                target: target.to_owned(),
-                source,
-            }
-        })?;
+    pub fn open(target: &str, settings: &PortSettings) -> Result<Self> {
+        let (client, info) =
+            DeviceClient::open(target, settings, DEVICE_TIMING).map_err(|source| {
+                DeviceControlError::Device {
+                    target: target.to_owned(),
+                    source,
+                }
+            })?;
         Ok(Self {
             target: target.to_owned(),
             client,

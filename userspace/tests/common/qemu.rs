@@ -45,9 +45,28 @@ pub fn firmware_elf_with_fault_triggers() -> PathBuf {
     build_qemu_image(&["--features", "fault-triggers"], "target/fault-triggers")
 }
 
+/// The key the image of [`firmware_elf_with_update_key`] is built with.
+pub const UPDATE_KEY_HEX: &str = "4b6579206f66207468652074657374732c206e65766572206120726561616c21";
+
+/// The QEMU image that takes updates over UDP, sealed under
+/// [`UPDATE_KEY_HEX`] (`FILTER_DEVICE_KEY` when built), in a target
+/// directory of its own.
+pub fn firmware_elf_with_update_key() -> PathBuf {
+    build_qemu_image_with(&[], "target/update-key", Some(UPDATE_KEY_HEX))
+}
+
 fn build_qemu_image(features: &[&str], target_dir: &str) -> PathBuf {
+    build_qemu_image_with(features, target_dir, None)
+}
+
+fn build_qemu_image_with(features: &[&str], target_dir: &str, key: Option<&str>) -> PathBuf {
     let boards = repo_root().join("firmware/boards");
-    let status = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    match key {
+        Some(key) => cargo.env("FILTER_DEVICE_KEY", key),
+        None => cargo.env_remove("FILTER_DEVICE_KEY"),
+    };
+    let status = cargo
         .args([
             "build",
             "--release",
@@ -66,6 +85,15 @@ fn build_qemu_image(features: &[&str], target_dir: &str) -> PathBuf {
         .join("thumbv7em-none-eabihf/release/qemu-mps2")
 }
 
+/// The highest stack high-water mark a decoded defmt log reports.
+pub fn stack_high_water_mark(log: &str) -> usize {
+    log.lines()
+        .filter_map(|line| line.split("stack high-water mark: ").nth(1))
+        .filter_map(|rest| rest.trim_end_matches(" bytes").parse::<usize>().ok())
+        .max()
+        .expect("no stack high-water mark in the log")
+}
+
 /// A QEMU process and its scratch directory; killed and removed on drop,
 /// so a failing test leaves nothing behind.
 pub struct Qemu {
@@ -77,16 +105,30 @@ pub struct Qemu {
 impl Qemu {
     /// Boots `elf` with UART0 on a unix socket in the scratch directory.
     pub fn boot(elf: &Path) -> (Self, UnixStream) {
-        Self::boot_on_unix_socket(elf, &["-nic", "none"])
+        Self::boot_on_unix_socket(elf, &[], &["-nic", "none"])
+    }
+
+    /// Boots `elf` inside network namespace `namespace` (`ip netns exec`,
+    /// which execs QEMU: the PID is QEMU's), with UART0 on a unix socket and
+    /// the LAN9118 on the tap device `tap` of that namespace.
+    pub fn boot_on_tap(elf: &Path, namespace: &str, tap: &str) -> (Self, UnixStream) {
+        let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no");
+        Self::boot_on_unix_socket(
+            elf,
+            &["ip", "netns", "exec", namespace],
+            &["-netdev", &netdev, "-net", "nic,netdev=n0,model=lan9118"],
+        )
     }
 
     /// Boots `elf` with UART0 on a unix socket and `network` as the
-    /// emulator's network arguments.
-    fn boot_on_unix_socket(elf: &Path, network: &[&str]) -> (Self, UnixStream) {
+    /// emulator's network arguments, QEMU started by `runner` (a command
+    /// that execs it) when that is not empty.
+    fn boot_on_unix_socket(elf: &Path, runner: &[&str], network: &[&str]) -> (Self, UnixStream) {
         let dir = scratch_dir();
         let socket = dir.join("uart0.sock");
         let mut qemu = Self::spawn(
             elf,
+            runner,
             dir,
             format!("unix:{},server=on,wait=on", socket.display()),
             socket.display().to_string(),
@@ -112,6 +154,7 @@ impl Qemu {
         );
         let (qemu, stream) = Self::boot_on_unix_socket(
             elf,
+            &[],
             &["-netdev", &netdev, "-net", "nic,netdev=n0,model=lan9118"],
         );
         port.connect((Ipv4Addr::LOCALHOST, free))
@@ -129,6 +172,7 @@ impl Qemu {
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let mut qemu = Self::spawn(
             elf,
+            &[],
             scratch_dir(),
             format!("tcp:{address},server=on,wait=on"),
             format!("tcp:{address}"),
@@ -138,8 +182,23 @@ impl Qemu {
         (qemu, stream)
     }
 
-    fn spawn(elf: &Path, dir: PathBuf, serial: String, device: String, network: &[&str]) -> Self {
-        let child = Command::new("qemu-system-arm")
+    fn spawn(
+        elf: &Path,
+        runner: &[&str],
+        dir: PathBuf,
+        serial: String,
+        device: String,
+        network: &[&str],
+    ) -> Self {
+        let mut command = match runner.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg("qemu-system-arm");
+                command
+            }
+            None => Command::new("qemu-system-arm"),
+        };
+        let child = command
             .args(["-machine", "mps2-an386", "-cpu", "cortex-m4", "-nographic"])
             .args(["-monitor", "none"])
             .args(network)

@@ -4,7 +4,10 @@
 //! the emulator: see `firmware::ram_flash`), and a filtering bridge
 //! between VLANs 10 and 20 on the LAN9118 Ethernet port
 //! ([`firmware::bridge`]): frames from listed sources never cross it.
-//! Both receive by interrupt: UART0's handler moves bytes into a ring, the
+//! Untagged frames are the device's own: with a key built in (below), it
+//! answers ARP for its address and takes sealed requests on its UDP port
+//! ([`firmware::endpoint`]), so `cfctl --device udp:ADDR:PORT` updates it
+//! over the network. Both receive by interrupt: UART0's handler moves bytes into a ring, the
 //! Ethernet controller keeps frames in its FIFO; the main loop serves the
 //! bytes, then the frames, and sleeps (`wfi`) when neither waits.
 //!
@@ -35,9 +38,11 @@ use cortex_m::peripheral::{NVIC, SCB};
 use cortex_m::Peripherals;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt_semihosting as _;
+use filter_core::protocol::datagram::{Key, KEY_LEN};
 use filter_core::protocol::ResetCause;
 use filter_core::StaticCuckooFilter;
-use firmware::{Device, RamFlash, SerialServer, SlotLayout, Verdict};
+use firmware::endpoint::MAX_REPLY_LEN;
+use firmware::{Device, RamFlash, SerialServer, SlotLayout, UdpEndpoint, Verdict};
 
 // ---- Sizes: the one place to change them (the same filter as the F411) --
 type FingerprintBits = u16;
@@ -58,6 +63,17 @@ const IMAGE_SLOTS: SlotLayout = SlotLayout {
 const BRIDGED_VLANS: [u16; 2] = [10, 20];
 /// Frames bridged in one turn of the main loop at most.
 const FRAMES_PER_TURN: usize = 32;
+/// Where the device takes updates over the network (untagged frames).
+const UPDATE_MAC: [u8; 6] = [0x02, 0xcf, 0xfa, 0x00, 0x00, 0x02];
+const UPDATE_IPV4: [u8; 4] = [198, 18, 250, 2];
+const UPDATE_PORT: u16 = 7070;
+/// The key updates are sealed under: 64 hex digits in the environment
+/// variable `FILTER_DEVICE_KEY` when the image is built. Without it the
+/// device takes no updates over the network (it answers no ARP either).
+const UPDATE_KEY: Option<Key> = match option_env!("FILTER_DEVICE_KEY") {
+    Some(hex) => Some(parse_key(hex.as_bytes())),
+    None => None,
+};
 // ---------------------------------------------------------------------------
 
 type Filter = StaticCuckooFilter<FingerprintBits, SLOTS, BUCKETS>;
@@ -71,8 +87,10 @@ static mut FLASH_MEMORY: MaybeUninit<[u8; 2 * SLOT_LEN]> = MaybeUninit::uninit()
 fn main() -> ! {
     // cortex-m-rt turns this into a `&'static mut`; it starts zeroed in .bss.
     static mut FILTER: Filter = Filter::new(0);
-    // The frame being bridged: in .bss, not on the stack.
+    // The frame being bridged, and a reply of the endpoint: in .bss, not
+    // on the stack.
     static mut FRAME: [u8; ethernet::MAX_FRAME_LEN] = [0; ethernet::MAX_FRAME_LEN];
+    static mut REPLY: [u8; MAX_REPLY_LEN] = [0; MAX_REPLY_LEN];
 
     // SAFETY: `main` runs once and is the only code that names
     // FLASH_MEMORY. QEMU zeroes RAM when it starts and keeps it across
@@ -99,6 +117,19 @@ fn main() -> ! {
     if ethernet.is_none() {
         defmt::warn!("no LAN9118 found: serving UART0 only");
     }
+    let endpoint = UPDATE_KEY.map(|key| UdpEndpoint {
+        mac: UPDATE_MAC,
+        ipv4: UPDATE_IPV4,
+        port: UPDATE_PORT,
+        key,
+    });
+    if endpoint.is_some() {
+        defmt::info!(
+            "updates over UDP at {=[u8]}:{=u16}",
+            UPDATE_IPV4,
+            UPDATE_PORT
+        );
+    }
     // SAFETY: the handlers touch only the ring (through critical sections)
     // and the devices' interrupt acknowledgement registers.
     unsafe {
@@ -120,12 +151,8 @@ fn main() -> ! {
             if let Err(error) = serial.receive(&mut device, bytes, &mut tx) {
                 defmt::panic!("serial port failed: {}", error);
             }
-            // Requests take the most stack; the gauge reads once after each
-            // batch of them, not on every turn of the loop.
-            if let Some(used) = stack.new_high_water_mark() {
-                defmt::info!("stack high-water mark: {=usize} bytes", used);
-            }
         }
+        let mut answered_datagrams = false;
         // A bounded number of frames a turn, so that a flood of them
         // neither starves UART0 nor keeps the watchdog unfed.
         if let Some(port) = &mut ethernet {
@@ -134,9 +161,26 @@ fn main() -> ! {
                     break;
                 };
                 let frame = FRAME.get_mut(..len).unwrap_or(&mut []);
-                if device.bridge_frame(frame, BRIDGED_VLANS) == Verdict::Forward {
-                    port.transmit(frame);
+                match device.bridge_frame(frame, BRIDGED_VLANS) {
+                    Verdict::Forward => port.transmit(frame),
+                    Verdict::NotBridged => {
+                        let reply = endpoint
+                            .as_ref()
+                            .and_then(|endpoint| endpoint.answer(&mut device, frame, REPLY));
+                        if let Some(reply) = reply.and_then(|len| REPLY.get(..len)) {
+                            port.transmit(reply);
+                            answered_datagrams = true;
+                        }
+                    }
+                    Verdict::Drop => {}
                 }
+            }
+        }
+        // Requests take the most stack; the gauge reads once after each
+        // batch of them, not on every turn of the loop.
+        if count > 0 || answered_datagrams {
+            if let Some(used) = stack.new_high_water_mark() {
+                defmt::info!("stack high-water mark: {=usize} bytes", used);
             }
         }
         // With interrupts masked, nothing can arrive unseen between the
@@ -148,6 +192,30 @@ fn main() -> ! {
                 cortex_m::asm::wfi();
             }
         });
+    }
+}
+
+/// A key from 64 hex digits; any other text fails the build.
+const fn parse_key(hex: &[u8]) -> Key {
+    assert!(
+        hex.len() == 2 * KEY_LEN,
+        "FILTER_DEVICE_KEY must be 64 hex digits"
+    );
+    let mut key = [0u8; KEY_LEN];
+    let mut index = 0;
+    while index < KEY_LEN {
+        key[index] = hex_digit(hex[2 * index]) << 4 | hex_digit(hex[2 * index + 1]);
+        index += 1;
+    }
+    key
+}
+
+const fn hex_digit(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        b'A'..=b'F' => digit - b'A' + 10,
+        _ => panic!("FILTER_DEVICE_KEY must be 64 hex digits"),
     }
 }
 

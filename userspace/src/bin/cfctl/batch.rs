@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd};
 
 use anyhow::{anyhow, bail, Context as _};
-use cfctl::control::{ChangeReport, Control, StoreUse};
+use cfctl::control::{require_privileges, ChangeReport, Control, StoreUse};
 use clap::Parser;
 
 use crate::cli::{BatchLine, GlobalOptions};
@@ -22,6 +22,7 @@ use crate::{error_line, parse_error_line, report};
 /// Answers every line of standard input until it ends; fails (exit
 /// status 1) if any command failed.
 pub fn run(global: &GlobalOptions) -> anyhow::Result<()> {
+    require_privileges("use the pinned blocklist and its store")?;
     let input = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()

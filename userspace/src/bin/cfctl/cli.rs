@@ -107,12 +107,17 @@ pub struct GlobalOptions {
     #[arg(long, global = true, value_name = "DIR", default_value = paths::STATE_DIR)]
     pub state_dir: PathBuf,
     /// Drive a filter device instead of XDP: a serial port or pty, a unix
-    /// socket, or tcp:HOST:PORT (a ser2net-style serial server).
-    #[arg(long, global = true, value_name = "PATH|tcp:HOST:PORT")]
+    /// socket, tcp:HOST:PORT (a ser2net-style serial server), or
+    /// udp:HOST:PORT (a device on the network, with --device-key).
+    #[arg(long, global = true, value_name = "PATH|tcp:HOST:PORT|udp:HOST:PORT")]
     pub device: Option<String>,
     /// Baud rate of a serial device.
     #[arg(long, global = true, value_name = "N", default_value_t = 115_200)]
     pub baud: u32,
+    /// The key a device on the network (udp:) seals its datagrams under:
+    /// a file of 64 hex digits that only its owner may read.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub device_key: Option<PathBuf>,
     /// Do what cfctl refuses by default: add 0.0.0.0/0 or ::/0 (every
     /// address of a family), or rebuild a pinned filter from a store it
     /// was not built from (another --state-dir, or a store restored from a

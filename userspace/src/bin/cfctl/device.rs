@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use anyhow::bail;
-use cfctl::control::device::DeviceControl;
+use cfctl::control::device::{DeviceControl, PortSettings};
 use ipnet::IpNet;
 
 use crate::cli::{Command, GlobalOptions};
@@ -41,7 +41,11 @@ pub fn run(global: &GlobalOptions, target: &str, command: &Command) -> anyhow::R
             command.name()
         ),
     };
-    let mut device = DeviceControl::open(target, global.baud)?;
+    let settings = PortSettings {
+        baud: global.baud,
+        key_file: global.device_key.clone(),
+    };
+    let mut device = DeviceControl::open(target, &settings)?;
     match (command, input) {
         (Command::Add(_), DeviceInput::Nets(nets)) => {
             let added = device.add(&nets)?;

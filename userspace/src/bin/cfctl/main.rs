@@ -160,6 +160,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Agent(args) => agent::run(global, args),
+        Command::Batch if global.device.is_none() => batch::run(global),
         command => match &global.device {
             Some(target) => device::run(global, target, command),
             None => xdp::run(global, command),

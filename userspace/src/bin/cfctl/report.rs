@@ -657,6 +657,8 @@ pub fn device_stats(device: &DeviceStats) {
         ("hits", stats.hits),
         ("saves", stats.saves),
         ("replayed", stats.replayed),
+        ("UDP refused", stats.datagrams_refused),
+        ("UDP stale", stats.datagrams_stale),
     ] {
         println!("{name:<15} {}", thousands(u64::from(value)));
     }

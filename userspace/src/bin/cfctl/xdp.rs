@@ -33,10 +33,6 @@ pub fn run(global: &GlobalOptions, command: &Command) -> anyhow::Result<()> {
             }
         }
         Command::Top(args) => return crate::drops::top(global, args),
-        Command::Batch => {
-            require_privileges("use the pinned blocklist and its store")?;
-            return crate::batch::run(global);
-        }
         Command::Capture(args) => return crate::drops::capture(global, args),
         Command::Save => {
             bail!("`cfctl save` needs --device (the XDP store is saved on every change)")

@@ -1,0 +1,254 @@
+//! Updates over the network on the host: the endpoint's ARP answers, and
+//! sealed requests in real UDP frames (built and read back with
+//! etherparse, checksums checked): taken once under the right key and a
+//! fresh counter, answered as stale when replayed (also after a reset and
+//! after the journal is folded), not answered under another key.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use filter_core::protocol::datagram::{self, Key, Kind, MAX_REQUEST_DATAGRAM_LEN};
+use filter_core::protocol::{self, Envelope, Item, Request, ResetCause, Response};
+use filter_core::StaticCuckooFilter;
+use firmware::endpoint::MAX_REPLY_LEN;
+use firmware::{Device, RamFlash, SlotLayout, UdpEndpoint};
+
+type Filter = StaticCuckooFilter<u16, 4, 64>;
+type TestDevice<'f, 'm> = Device<'f, u16, 4, [[u16; 4]; 64], RamFlash<'m, 4, 256>>;
+const LAYOUT: SlotLayout = SlotLayout {
+    offsets: [0, 1024],
+    slot_len: 1024,
+};
+const KEY: Key = [0x4b; 32];
+const DEVICE_MAC: [u8; 6] = [0x02, 0xcf, 0, 0, 0, 1];
+const HOST_MAC: [u8; 6] = [0x02, 0xcf, 0, 0, 0, 2];
+const DEVICE_IP: [u8; 4] = [198, 18, 250, 2];
+const HOST_IP: [u8; 4] = [198, 18, 250, 1];
+const PORT: u16 = 7070;
+
+fn endpoint() -> UdpEndpoint {
+    UdpEndpoint {
+        mac: DEVICE_MAC,
+        ipv4: DEVICE_IP,
+        port: PORT,
+        key: KEY,
+    }
+}
+
+fn boot<'f, 'm>(filter: &'f mut Filter, memory: &'m mut [u8]) -> TestDevice<'f, 'm> {
+    Device::boot(
+        filter,
+        RamFlash::<4, 256>::new(memory),
+        LAYOUT,
+        0x5eed,
+        ResetCause::PowerOn,
+    )
+}
+
+/// `request` (id `id`) sealed under `key` and `counter`, in a UDP frame
+/// from the host to the device.
+fn request_frame(key: &Key, counter: u64, id: u32, request: Request<'_>) -> Vec<u8> {
+    let mut frame = vec![0u8; protocol::MAX_FRAME_LEN + 1];
+    let envelope = Envelope {
+        id,
+        message: request,
+    };
+    let frame = protocol::encode(&envelope, &mut frame)
+        .expect("fits")
+        .to_vec();
+    let mut sealed = [0u8; MAX_REQUEST_DATAGRAM_LEN];
+    let len = datagram::seal(key, Kind::Request, counter, &frame, &mut sealed).expect("fits");
+    udp_frame(&sealed[..len])
+}
+
+fn udp_frame(payload: &[u8]) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2(HOST_MAC, DEVICE_MAC)
+        .ipv4(HOST_IP, DEVICE_IP, 64)
+        .udp(40000, PORT);
+    let mut frame = Vec::new();
+    builder.write(&mut frame, payload).expect("a frame");
+    frame
+}
+
+/// What the device answered to `frame`: the opened datagram's kind and
+/// counter, and its response (none for a stale answer). The reply's
+/// addresses, ports and checksums are checked.
+fn answer(
+    device: &mut TestDevice<'_, '_>,
+    mut frame: Vec<u8>,
+) -> Option<(Kind, u64, Option<Response>)> {
+    let mut reply = [0u8; MAX_REPLY_LEN];
+    let len = endpoint().answer(device, &mut frame, &mut reply)?;
+    let packet = SlicedPacket::from_ethernet(&reply[..len]).expect("a frame etherparse reads");
+    let Some(etherparse::LinkSlice::Ethernet2(ethernet)) = &packet.link else {
+        panic!("not Ethernet II");
+    };
+    assert_eq!(
+        (ethernet.source(), ethernet.destination()),
+        (DEVICE_MAC, HOST_MAC)
+    );
+    let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else {
+        panic!("not IPv4");
+    };
+    let header = ip.header().to_header();
+    assert_eq!((header.source, header.destination), (DEVICE_IP, HOST_IP));
+    assert_eq!(header.header_checksum, header.calc_header_checksum());
+    let Some(TransportSlice::Udp(udp)) = packet.transport else {
+        panic!("not UDP");
+    };
+    let udp_header = udp.to_header();
+    assert_eq!(
+        (udp_header.source_port, udp_header.destination_port),
+        (PORT, 40000)
+    );
+    let expected = udp_header
+        .calc_checksum_ipv4(&header, udp.payload())
+        .expect("a checksum");
+    assert_eq!(udp_header.checksum, expected);
+    let opened = datagram::open(&KEY, udp.payload()).expect("sealed under the key");
+    let response = match opened.kind {
+        Kind::Stale => None,
+        _ => {
+            let mut frame = opened.frame.to_vec();
+            assert_eq!(frame.pop(), Some(0), "a delimited frame");
+            let envelope: Envelope<Response> = protocol::decode(&mut frame).expect("a response");
+            Some(envelope.message)
+        }
+    };
+    Some((opened.kind, opened.counter, response))
+}
+
+#[test]
+fn arp_requests_for_the_device_address_are_answered_and_others_are_not() {
+    let mut memory = vec![0xff; 2048];
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let arp = |target: [u8; 4]| {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&[0xff; 6]);
+        frame.extend_from_slice(&HOST_MAC);
+        frame.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+        frame.extend_from_slice(&HOST_MAC);
+        frame.extend_from_slice(&HOST_IP);
+        frame.extend_from_slice(&[0; 6]);
+        frame.extend_from_slice(&target);
+        frame.resize(60, 0);
+        frame
+    };
+    let mut reply = [0u8; MAX_REPLY_LEN];
+    let len = endpoint()
+        .answer(&mut device, &mut arp(DEVICE_IP), &mut reply)
+        .expect("an ARP reply");
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&HOST_MAC);
+    expected.extend_from_slice(&DEVICE_MAC);
+    expected.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 2]);
+    expected.extend_from_slice(&DEVICE_MAC);
+    expected.extend_from_slice(&DEVICE_IP);
+    expected.extend_from_slice(&HOST_MAC);
+    expected.extend_from_slice(&HOST_IP);
+    expected.resize(60, 0);
+    assert_eq!(&reply[..len], &expected[..]);
+    assert_eq!(
+        endpoint().answer(&mut device, &mut arp([198, 18, 250, 3]), &mut reply),
+        None
+    );
+}
+
+#[test]
+fn a_sealed_request_is_taken_once_and_its_replays_never_even_after_a_reset() {
+    let mut memory = vec![0xff; 2048];
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let add = request_frame(&KEY, 1000, 1, Request::Add(Item::U64(7)));
+    assert_eq!(
+        answer(&mut device, add.clone()),
+        Some((Kind::Response, 1000, Some(Response::Added)))
+    );
+    // The same datagram again: stale, under the highest counter taken.
+    assert_eq!(
+        answer(&mut device, add.clone()),
+        Some((Kind::Stale, 1000, None))
+    );
+    // Another key, or a byte changed on the way: no answer at all.
+    let mut other_key = KEY;
+    other_key[0] ^= 1;
+    let forged = request_frame(&other_key, 2000, 2, Request::Delete(Item::U64(7)));
+    assert_eq!(answer(&mut device, forged), None);
+    let mut damaged = request_frame(&KEY, 2000, 2, Request::Delete(Item::U64(7)));
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    assert_eq!(answer(&mut device, damaged), None);
+    // A resend of a request whose answer was lost: the same frame under a
+    // new counter, answered from memory (the add is not made twice).
+    let resent = request_frame(&KEY, 1001, 1, Request::Add(Item::U64(7)));
+    assert_eq!(
+        answer(&mut device, resent),
+        Some((Kind::Response, 1001, Some(Response::Added)))
+    );
+    assert_eq!(device.filter().len(), 1);
+    let stats = match answer(&mut device, request_frame(&KEY, 1002, 3, Request::Stats)) {
+        Some((Kind::Response, 1002, Some(Response::Stats(stats)))) => stats,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((stats.datagrams_refused, stats.datagrams_stale), (2, 1));
+    assert_eq!((stats.added, stats.replayed), (1, 1));
+
+    // After a reset, and after the journal is folded into new images, the
+    // counters taken stay taken.
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    assert!(matches!(
+        answer(&mut device, add.clone()),
+        Some((Kind::Stale, _, None))
+    ));
+    let mut counter = 1u64 << 21;
+    for value in 0..60 {
+        counter += 1;
+        let frame = request_frame(
+            &KEY,
+            counter,
+            10 + value as u32,
+            Request::Add(Item::U64(value)),
+        );
+        assert!(matches!(
+            answer(&mut device, frame),
+            Some((Kind::Response, _, Some(_)))
+        ));
+        counter += 1u64 << 20;
+    }
+    let taken = request_frame(&KEY, counter, 100, Request::Check(Item::U64(7)));
+    assert_eq!(
+        answer(&mut device, taken.clone()),
+        Some((
+            Kind::Response,
+            counter,
+            Some(Response::Checked { present: true })
+        ))
+    );
+    // A save under the lease folds the journal: the new one must start
+    // with the lease.
+    let save = request_frame(&KEY, counter + 1, 101, Request::Save);
+    assert!(matches!(
+        answer(&mut device, save),
+        Some((Kind::Response, _, Some(Response::Saved { .. })))
+    ));
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let Some((Kind::Stale, highest, None)) = answer(&mut device, taken) else {
+        panic!("a replay after folds and a reset was taken");
+    };
+    assert!(highest >= counter);
+    // An honest host goes on above the highest.
+    assert!(matches!(
+        answer(
+            &mut device,
+            request_frame(&KEY, highest + 1, 102, Request::Stats)
+        ),
+        Some((Kind::Response, _, Some(Response::Stats(_))))
+    ));
+}
