@@ -568,6 +568,41 @@ fn lapi_answers(dir: &Path, lists: &Path) {
     write(dir, "quiet", &quiet_only);
 }
 
+/// Records of `device_datagrams`: `len ‖ how ‖ bytes` (see the target).
+fn device_datagrams(dir: &Path, prefixes: &[Prefix]) {
+    let record = |how: u8, bytes: &[u8]| {
+        let mut record = vec![u8::try_from(bytes.len()).expect("a short record"), how];
+        record.extend_from_slice(bytes);
+        record
+    };
+    let request = |id, message: Request<'_>| frame_of(&Envelope { id, message });
+    let hello = Request::Hello {
+        version: PROTOCOL_VERSION,
+    };
+    // An ARP request for the device's address (198.18.250.2).
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&[0x02, 0xcf, 0, 0, 0, 2, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&[0x02, 0xcf, 0, 0, 0, 2, 198, 18, 250, 1]);
+    arp.extend_from_slice(&[0, 0, 0, 0, 0, 0, 198, 18, 250, 2]);
+    arp.resize(60, 0);
+    let session = [
+        record(0, &arp),
+        record(2, &request(1, hello)),
+        record(1, &request(2, Request::Add(Item::Net(prefixes[0])))),
+        record(4, &[]),
+        record(3, &request(3, Request::Clear)),
+        record(2, &request(4, Request::Check(Item::Net(prefixes[0])))),
+        record(1, &request(5, Request::Delete(Item::Net(prefixes[0])))),
+        record(2, &request(6, Request::Save)),
+        record(1, &request(7, Request::Stats)),
+    ]
+    .concat();
+    write(dir, "session", &session);
+    // A resend of a request under a new counter, answered from memory.
+    let add = request(8, Request::Add(Item::U64(7)));
+    write(dir, "resend", &[record(2, &add), record(1, &add)].concat());
+}
+
 fn main() {
     let lists = PathBuf::from(
         std::env::args()
@@ -581,6 +616,7 @@ fn main() {
     snapshots(&seeds.join("snapshot"), &prefixes);
     flash_images(&seeds.join("flash_image"), &prefixes);
     device_responses(&seeds.join("device_responses"));
+    device_datagrams(&seeds.join("device_datagrams"), &prefixes);
     blocklists(&seeds.join("netlist"), &lists);
     packets(&seeds.join("packet"), &lists);
     agent_configs(&seeds.join("agent_config"));

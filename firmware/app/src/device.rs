@@ -46,6 +46,11 @@ struct Upload {
 /// microseconds.
 const LEASE_STEP: u64 = 1 << 20;
 
+/// Journal records kept free when a snapshot upload begins, for the leases
+/// of the datagrams that carry it (a lease a second): a save in the middle
+/// of the upload would overwrite the slot it is written into.
+const UPLOAD_JOURNAL_ROOM: usize = 16;
+
 /// The last request executed, to recognise a retransmission of it.
 #[derive(Clone, Debug)]
 struct LastRequest {
@@ -489,6 +494,11 @@ where
             return Response::Error(Error::SnapshotLength {
                 expected: u32::try_from(expected).unwrap_or(u32::MAX),
             });
+        }
+        if self.store.journal_room() < UPLOAD_JOURNAL_ROOM {
+            if let Err(error) = self.save() {
+                return Response::Error(error);
+            }
         }
         if let Err(error) = self.store.begin(total_len) {
             return Response::Error(storage_error(error));

@@ -252,3 +252,64 @@ fn a_sealed_request_is_taken_once_and_its_replays_never_even_after_a_reset() {
         Some((Kind::Response, _, Some(Response::Stats(_))))
     ));
 }
+
+#[test]
+fn a_snapshot_upload_over_datagrams_survives_leases_that_meet_a_full_journal() {
+    let mut memory = vec![0xff; 2048];
+    let mut filter = Filter::new(0);
+    let mut device = boot(&mut filter, &mut memory);
+    let mut counter = 1_000u64;
+    let mut id = 0u32;
+    let mut ask = |device: &mut TestDevice<'_, '_>, request: Request<'_>, jump: u64| {
+        counter += jump;
+        id += 1;
+        match answer(device, request_frame(&KEY, counter, id, request)) {
+            Some((Kind::Response, _, Some(response))) => response,
+            other => panic!("{other:?}"),
+        }
+    };
+    // Adds under one lease until the journal has one record of room.
+    let mut value = 0;
+    loop {
+        let hello = Request::Hello {
+            version: protocol::PROTOCOL_VERSION,
+        };
+        let Response::Info(info) = ask(&mut device, hello, 1) else {
+            panic!("no info");
+        };
+        let journal = info.journal.expect("a journal");
+        if journal.capacity - journal.records <= 1 && value > 0 {
+            break;
+        }
+        assert_eq!(
+            ask(&mut device, Request::Add(Item::U64(value)), 1),
+            Response::Added
+        );
+        value += 1;
+    }
+    // Every datagram of the upload passes the lease.
+    let mut host = Filter::new(0x1234);
+    for key in 0..30u64 {
+        host.insert(&key).expect("room");
+    }
+    let mut snapshot = vec![0u8; host.snapshot_len() as usize];
+    host.write_snapshot(&mut snapshot).expect("a snapshot");
+    let begin = Request::SnapshotBegin {
+        total_len: snapshot.len() as u32,
+        prefix_lengths: protocol::PrefixLengths::new(),
+    };
+    assert_eq!(ask(&mut device, begin, 1 << 21), Response::SnapshotStarted);
+    for (index, data) in snapshot.chunks(protocol::MAX_CHUNK_LEN / 2).enumerate() {
+        let offset = (index * protocol::MAX_CHUNK_LEN / 2) as u32;
+        let received = offset + data.len() as u32;
+        let chunk = Request::SnapshotChunk { offset, data };
+        assert_eq!(
+            ask(&mut device, chunk, 1 << 21),
+            Response::ChunkAccepted { received }
+        );
+    }
+    assert!(matches!(
+        ask(&mut device, Request::SnapshotCommit, 1 << 21),
+        Response::SnapshotCommitted { entries: 30, .. }
+    ));
+}
