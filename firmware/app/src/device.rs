@@ -495,7 +495,11 @@ where
                 expected: u32::try_from(expected).unwrap_or(u32::MAX),
             });
         }
-        if self.store.journal_room() < UPLOAD_JOURNAL_ROOM {
+        // (A device with no image has no journal, and no datagram taken:
+        // the first one saves an image for its lease.)
+        let journal_short =
+            self.store.journal_fill().is_some() && self.store.journal_room() < UPLOAD_JOURNAL_ROOM;
+        if journal_short {
             if let Err(error) = self.save() {
                 return Response::Error(error);
             }
