@@ -21,6 +21,11 @@
 //! * [`endpoint`]: the device's own IPv4 address and UDP port on an
 //!   Ethernet port, where it takes sealed requests (updates over the
 //!   network).
+//! * [`port`]: what a board's Ethernet port serves: the bridge's VLANs,
+//!   then the endpoint.
+//! * [`stm32`]: what the STM32F4 boards share: their reset flags, and
+//!   their flash unlocked only while it is written.
+//! * [`build_settings`]: a board's endpoint settings, read when it is built.
 //! * [`rx_ring`]: received bytes queued by an interrupt handler for the
 //!   main loop (boards with interrupt-driven reception).
 #![no_std]
@@ -28,13 +33,16 @@
 #![warn(missing_docs)]
 
 pub mod bridge;
+pub mod build_settings;
 mod checksum;
 pub mod device;
 pub mod endpoint;
 pub mod journal;
+pub mod port;
 pub mod ram_flash;
 pub mod rx_ring;
 pub mod serve;
+pub mod stm32;
 pub mod store;
 
 pub use bridge::Verdict;

@@ -51,6 +51,20 @@ impl<const N: usize> RxRing<N> {
         });
     }
 
+    /// Queues every byte `read` yields (from the interrupt handler, with a
+    /// serial receiver's `read`) until it would block. A read error (an
+    /// overrun, noise, framing) cleared the error and lost its byte, and is
+    /// passed over: the frame it belonged to fails its CRC.
+    pub fn push_from<E>(&self, mut read: impl FnMut() -> nb::Result<u8, E>) {
+        loop {
+            match read() {
+                Ok(byte) => self.push(byte),
+                Err(nb::Error::WouldBlock) => break,
+                Err(nb::Error::Other(_)) => {}
+            }
+        }
+    }
+
     /// Moves queued bytes, oldest first, into `buffer`; returns how many.
     pub fn pop_into(&self, buffer: &mut [u8]) -> usize {
         critical_section::with(|cs| {

@@ -18,6 +18,7 @@ use filter_core::protocol::{
 };
 use filter_core::{AddressFamily, StaticCuckooFilter};
 use firmware::serve::PortError;
+use firmware::stm32::ResetFlags;
 use firmware::{Device, RamFlash, SlotLayout};
 
 type Filter = StaticCuckooFilter<u16, 4, 64>;
@@ -948,4 +949,79 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn the_reset_flags_are_read_from_their_bits_of_rcc_csr() {
+    // A power-on reset as an F411 reads it: PORRSTF, PINRSTF, BORRSTF,
+    // and the reset value's LSI bits below, which are no flags.
+    let power_on = ResetFlags::from_rcc_csr(0x0e00_0003);
+    assert_eq!(
+        power_on,
+        ResetFlags {
+            power_on: true,
+            pin: true,
+            brownout: true,
+            ..ResetFlags::default()
+        }
+    );
+    assert_eq!(power_on.cause(), ResetCause::PowerOn);
+    let causes: Vec<_> = (25..32)
+        .map(|bit| ResetFlags::from_rcc_csr(1 << bit).cause())
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            ResetCause::Brownout,
+            ResetCause::Pin,
+            ResetCause::PowerOn,
+            ResetCause::Software,
+            ResetCause::Watchdog,
+            ResetCause::Watchdog,
+            ResetCause::LowPower
+        ]
+    );
+    assert_eq!(
+        ResetFlags::from_rcc_csr(0x01ff_ffff).cause(),
+        ResetCause::Unknown
+    );
+}
+
+#[test]
+fn the_most_specific_reset_flag_names_the_cause() {
+    let every = ResetFlags {
+        watchdog: true,
+        software: true,
+        low_power: true,
+        power_on: true,
+        brownout: true,
+        pin: true,
+    };
+    // A reset pulls NRST too and a power-on sets the brown-out flag: each
+    // flag turned off in order reveals the next cause.
+    let mut flags = every;
+    let mut seen = vec![flags.cause()];
+    for clear in [
+        |f: &mut ResetFlags| f.watchdog = false,
+        |f: &mut ResetFlags| f.software = false,
+        |f: &mut ResetFlags| f.low_power = false,
+        |f: &mut ResetFlags| f.power_on = false,
+        |f: &mut ResetFlags| f.brownout = false,
+        |f: &mut ResetFlags| f.pin = false,
+    ] {
+        clear(&mut flags);
+        seen.push(flags.cause());
+    }
+    assert_eq!(
+        seen,
+        [
+            ResetCause::Watchdog,
+            ResetCause::Software,
+            ResetCause::LowPower,
+            ResetCause::PowerOn,
+            ResetCause::Brownout,
+            ResetCause::Pin,
+            ResetCause::Unknown
+        ]
+    );
 }

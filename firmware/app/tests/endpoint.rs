@@ -2,7 +2,9 @@
 //! sealed requests in real UDP frames (built and read back with
 //! etherparse, checksums checked): taken once under the right key and a
 //! fresh counter, answered as stale when replayed (also after a reset and
-//! after the journal is folded), not answered under another key.
+//! after the journal is folded), not answered under another key. And what
+//! a board's Ethernet port does with each frame (the bridge's VLANs, then
+//! the endpoint), and the endpoint's build-time settings.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,11 +12,13 @@
     clippy::indexing_slicing
 )]
 
-use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice, VlanId};
 use filter_core::protocol::datagram::{self, Key, Kind, MAX_REQUEST_DATAGRAM_LEN};
-use filter_core::protocol::{self, Envelope, Item, Request, ResetCause, Response};
+use filter_core::protocol::{self, Envelope, Item, Prefix, Request, ResetCause, Response};
 use filter_core::StaticCuckooFilter;
+use firmware::build_settings::{key_from_hex, socket_from_text};
 use firmware::endpoint::MAX_REPLY_LEN;
+use firmware::port::{EthernetService, Outgoing};
 use firmware::{Device, RamFlash, SlotLayout, UdpEndpoint};
 
 type Filter = StaticCuckooFilter<u16, 4, 64>;
@@ -312,4 +316,121 @@ fn a_snapshot_upload_over_datagrams_survives_leases_that_meet_a_full_journal() {
         ask(&mut device, Request::SnapshotCommit, 1 << 21),
         Response::SnapshotCommitted { entries: 30, .. }
     ));
+}
+
+const LISTED: [u8; 4] = [198, 18, 7, 7];
+const UNLISTED: [u8; 4] = [198, 18, 7, 8];
+
+fn service(with_endpoint: bool) -> EthernetService {
+    EthernetService {
+        bridged_vlans: [10, 20],
+        endpoint: with_endpoint.then(endpoint),
+    }
+}
+
+/// An IPv4/UDP frame from `source`, tagged with `vlan` if any.
+fn frame(vlan: Option<u16>, source: [u8; 4]) -> Vec<u8> {
+    let ethernet = PacketBuilder::ethernet2(HOST_MAC, [0x02, 0, 0, 0, 0, 9]);
+    let ip = match vlan {
+        Some(id) => {
+            ethernet
+                .single_vlan(VlanId::try_new(id).unwrap())
+                .ipv4(source, [198, 18, 8, 1], 64)
+        }
+        None => ethernet.ipv4(source, [198, 18, 8, 1], 64),
+    };
+    let mut frame = Vec::new();
+    ip.udp(4000, 5000).write(&mut frame, b"payload").unwrap();
+    frame
+}
+
+/// An ARP request for `target` from the host, untagged.
+fn arp_request(target: [u8; 4]) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&HOST_MAC);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    frame.extend_from_slice(&HOST_MAC);
+    frame.extend_from_slice(&[198, 18, 250, 1]);
+    frame.extend_from_slice(&[0; 6]);
+    frame.extend_from_slice(&target);
+    frame
+}
+
+fn vlan_id(frame: &[u8]) -> u16 {
+    u16::from_be_bytes([frame[14], frame[15]]) & 0x0fff
+}
+
+#[test]
+fn the_port_bridges_its_vlans_drops_listed_sources_and_answers_only_its_own_frames() {
+    let mut filter = Filter::new(0);
+    let mut memory = vec![0xff; 2048];
+    let mut device = boot(&mut filter, &mut memory);
+    let listed = Item::Net(Prefix::V4 {
+        address: LISTED,
+        len: 32,
+    });
+    assert_eq!(device.answer(Request::Add(listed)), Response::Added);
+    for with_endpoint in [true, false] {
+        let port = service(with_endpoint);
+        let mut reply_to = [0u8; 6];
+        let mut take = |mut frame: Vec<u8>| {
+            let mut reply = [0u8; MAX_REPLY_LEN];
+            let outgoing = port.take(&mut device, &mut frame, &mut reply);
+            reply_to.copy_from_slice(&reply[..6]);
+            (outgoing, frame)
+        };
+
+        let (outgoing, forwarded) = take(frame(Some(10), UNLISTED));
+        assert_eq!(outgoing, Outgoing::Forward);
+        assert_eq!(vlan_id(&forwarded), 20, "retagged for the other VLAN");
+        let (outgoing, forwarded) = take(frame(Some(20), UNLISTED));
+        assert_eq!(outgoing, Outgoing::Forward);
+        assert_eq!(vlan_id(&forwarded), 10);
+        assert_eq!(take(frame(Some(10), LISTED)).0, Outgoing::Nothing);
+        assert_eq!(take(frame(Some(30), UNLISTED)).0, Outgoing::Nothing);
+        assert_eq!(take(frame(None, UNLISTED)).0, Outgoing::Nothing);
+
+        assert_eq!(take(arp_request([198, 18, 250, 3])).0, Outgoing::Nothing);
+        let answered = take(arp_request(DEVICE_IP)).0;
+        if with_endpoint {
+            assert_eq!(answered, Outgoing::Reply(60));
+            assert_eq!(reply_to, HOST_MAC, "the reply goes to the asker");
+        } else {
+            assert_eq!(answered, Outgoing::Nothing, "no endpoint, no ARP");
+        }
+    }
+}
+
+#[test]
+fn build_time_keys_and_sockets_are_read_and_anything_else_is_refused() {
+    let hex = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+    let key = key_from_hex(hex.as_bytes());
+    assert_eq!(key[..3], [0x00, 0x11, 0x22]);
+    assert_eq!(key[31], 0xff);
+    assert_eq!(
+        socket_from_text(b"198.18.250.2:7070"),
+        ([198, 18, 250, 2], 7070)
+    );
+    assert_eq!(socket_from_text(b"0.0.0.0:65535"), ([0; 4], 65535));
+    for wrong in [
+        "",
+        "198.18.250.2",
+        "198.18.250:7070",
+        "198.18.250.256:7070",
+        "198.18.250.2:0",
+        "198.18.250.2:65536",
+        "198.18.250.2:",
+        ".18.250.2:7070",
+        "198.18.250.2:70a",
+        "198.18.250.2.1:7070",
+        "198..250.2:7070",
+        "198.18.250.2:123456",
+    ] {
+        let refused = std::panic::catch_unwind(|| socket_from_text(wrong.as_bytes()));
+        assert!(refused.is_err(), "{wrong:?} taken");
+    }
+    for wrong in [&hex[1..], &hex.replace('f', "g")] {
+        let refused = std::panic::catch_unwind(|| key_from_hex(wrong.as_bytes()));
+        assert!(refused.is_err(), "{wrong:?} taken");
+    }
 }

@@ -38,11 +38,13 @@ use cortex_m::peripheral::{NVIC, SCB};
 use cortex_m::Peripherals;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt_semihosting as _;
-use filter_core::protocol::datagram::{Key, KEY_LEN};
+use filter_core::protocol::datagram::Key;
 use filter_core::protocol::ResetCause;
 use filter_core::StaticCuckooFilter;
+use firmware::build_settings;
 use firmware::endpoint::MAX_REPLY_LEN;
-use firmware::{Device, RamFlash, SerialServer, SlotLayout, UdpEndpoint, Verdict};
+use firmware::port::{EthernetService, Outgoing};
+use firmware::{Device, RamFlash, SerialServer, SlotLayout, UdpEndpoint};
 
 // ---- Sizes: the one place to change them (the same filter as the F411) --
 type FingerprintBits = u16;
@@ -71,7 +73,7 @@ const UPDATE_PORT: u16 = 7070;
 /// variable `FILTER_DEVICE_KEY` when the image is built. Without it the
 /// device takes no updates over the network (it answers no ARP either).
 const UPDATE_KEY: Option<Key> = match option_env!("FILTER_DEVICE_KEY") {
-    Some(hex) => Some(parse_key(hex.as_bytes())),
+    Some(hex) => Some(build_settings::key_from_hex(hex.as_bytes())),
     None => None,
 };
 // ---------------------------------------------------------------------------
@@ -117,13 +119,16 @@ fn main() -> ! {
     if ethernet.is_none() {
         defmt::warn!("no LAN9118 found: serving UART0 only");
     }
-    let endpoint = UPDATE_KEY.map(|key| UdpEndpoint {
-        mac: UPDATE_MAC,
-        ipv4: UPDATE_IPV4,
-        port: UPDATE_PORT,
-        key,
-    });
-    if endpoint.is_some() {
+    let service = EthernetService {
+        bridged_vlans: BRIDGED_VLANS,
+        endpoint: UPDATE_KEY.map(|key| UdpEndpoint {
+            mac: UPDATE_MAC,
+            ipv4: UPDATE_IPV4,
+            port: UPDATE_PORT,
+            key,
+        }),
+    };
+    if service.endpoint.is_some() {
         defmt::info!(
             "updates over UDP at {=[u8]}:{=u16}",
             UPDATE_IPV4,
@@ -161,18 +166,13 @@ fn main() -> ! {
                     break;
                 };
                 let frame = FRAME.get_mut(..len).unwrap_or(&mut []);
-                match device.bridge_frame(frame, BRIDGED_VLANS) {
-                    Verdict::Forward => port.transmit(frame),
-                    Verdict::NotBridged => {
-                        let reply = endpoint
-                            .as_ref()
-                            .and_then(|endpoint| endpoint.answer(&mut device, frame, REPLY));
-                        if let Some(reply) = reply.and_then(|len| REPLY.get(..len)) {
-                            port.transmit(reply);
-                            answered_datagrams = true;
-                        }
+                match service.take(&mut device, frame, REPLY) {
+                    Outgoing::Forward => port.transmit(frame),
+                    Outgoing::Reply(len) => {
+                        port.transmit(REPLY.get(..len).unwrap_or(&[]));
+                        answered_datagrams = true;
                     }
-                    Verdict::Drop => {}
+                    Outgoing::Nothing => {}
                 }
             }
         }
@@ -192,30 +192,6 @@ fn main() -> ! {
                 cortex_m::asm::wfi();
             }
         });
-    }
-}
-
-/// A key from 64 hex digits; any other text fails the build.
-const fn parse_key(hex: &[u8]) -> Key {
-    assert!(
-        hex.len() == 2 * KEY_LEN,
-        "FILTER_DEVICE_KEY must be 64 hex digits"
-    );
-    let mut key = [0u8; KEY_LEN];
-    let mut index = 0;
-    while index < KEY_LEN {
-        key[index] = hex_digit(hex[2 * index]) << 4 | hex_digit(hex[2 * index + 1]);
-        index += 1;
-    }
-    key
-}
-
-const fn hex_digit(digit: u8) -> u8 {
-    match digit {
-        b'0'..=b'9' => digit - b'0',
-        b'a'..=b'f' => digit - b'a' + 10,
-        b'A'..=b'F' => digit - b'A' + 10,
-        _ => panic!("FILTER_DEVICE_KEY must be 64 hex digits"),
     }
 }
 

@@ -20,12 +20,12 @@ use cortex_m_rt::entry;
 use critical_section::Mutex;
 use defmt_rtt as _;
 use embedded_hal_nb::serial::Read as _;
-use embedded_storage::nor_flash::{ErrorType, NorFlash, ReadNorFlash};
 use filter_core::protocol::ResetCause;
 use filter_core::StaticCuckooFilter;
+use firmware::stm32::ResetFlags;
 use firmware::{Device, RingReader, RxRing, SlotLayout};
 use panic_probe as _;
-use stm32f4xx_hal::flash::{FlashExt, LockedFlash, UnlockedFlash};
+use stm32f4xx_hal::flash::LockedFlash;
 use stm32f4xx_hal::serial::{Rx, RxListen};
 use stm32f4xx_hal::watchdog::IndependentWatchdog;
 use stm32f4xx_hal::{interrupt, pac, prelude::*, rcc::Config};
@@ -105,25 +105,9 @@ fn main() -> ! {
 }
 
 /// Why the chip started, from the reset flags in RCC_CSR, which it then
-/// clears so that the next start reads only its own. A power-on sets the
-/// pin and brown-out flags too, so the flags are read in this order.
+/// clears so that the next start reads only its own.
 fn take_reset_cause(rcc: &pac::RCC) -> ResetCause {
-    let flags = rcc.csr().read();
-    let cause = if flags.wdgrstf().bit_is_set() || flags.wwdgrstf().bit_is_set() {
-        ResetCause::Watchdog
-    } else if flags.sftrstf().bit_is_set() {
-        ResetCause::Software
-    } else if flags.lpwrrstf().bit_is_set() {
-        ResetCause::LowPower
-    } else if flags.porrstf().bit_is_set() {
-        ResetCause::PowerOn
-    } else if flags.borrstf().bit_is_set() {
-        ResetCause::Brownout
-    } else if flags.padrstf().bit_is_set() {
-        ResetCause::Pin
-    } else {
-        ResetCause::Unknown
-    };
+    let cause = ResetFlags::from_rcc_csr(rcc.csr().read().bits()).cause();
     rcc.csr().modify(|_, w| w.rmvf().set_bit());
     cause
 }
@@ -134,48 +118,10 @@ fn take_reset_cause(rcc: &pac::RCC) -> ResetCause {
 #[interrupt]
 fn USART1() {
     critical_section::with(|cs| {
-        let mut rx = USART1_RX.borrow_ref_mut(cs);
-        let Some(rx) = rx.as_mut() else { return };
-        loop {
-            match rx.read() {
-                Ok(byte) => RX_RING.push(byte),
-                Err(nb::Error::WouldBlock) => break,
-                // Reading the error cleared it (and dropped the byte).
-                Err(nb::Error::Other(_)) => {}
-            }
+        if let Some(rx) = USART1_RX.borrow_ref_mut(cs).as_mut() {
+            RX_RING.push_from(|| rx.read());
         }
     });
 }
 
-/// The on-chip flash, unlocked only for the duration of each erase or
-/// write.
-struct LockingFlash(LockedFlash);
-
-impl ErrorType for LockingFlash {
-    type Error = stm32f4xx_hal::flash::Error;
-}
-
-impl ReadNorFlash for LockingFlash {
-    const READ_SIZE: usize = LockedFlash::READ_SIZE;
-
-    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), Self::Error> {
-        ReadNorFlash::read(&mut self.0, offset, bytes)
-    }
-
-    fn capacity(&self) -> usize {
-        ReadNorFlash::capacity(&self.0)
-    }
-}
-
-impl NorFlash for LockingFlash {
-    const WRITE_SIZE: usize = <UnlockedFlash<'static> as NorFlash>::WRITE_SIZE;
-    const ERASE_SIZE: usize = <UnlockedFlash<'static> as NorFlash>::ERASE_SIZE;
-
-    fn erase(&mut self, from: u32, to: u32) -> Result<(), Self::Error> {
-        NorFlash::erase(&mut self.0.unlocked(), from, to)
-    }
-
-    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), Self::Error> {
-        NorFlash::write(&mut self.0.unlocked(), offset, bytes)
-    }
-}
+firmware::locking_flash!(LockingFlash);
