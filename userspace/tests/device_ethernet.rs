@@ -1,15 +1,18 @@
 //! The QEMU firmware in the path of traffic: its emulated LAN9118 bridges
 //! VLANs 10 and 20, and the test plays the trunk port of the switch it
 //! hangs on (QEMU's `dgram` netdev on 127.0.0.1: one datagram per
-//! Ethernet frame, exact bytes both ways). Spamhaus' IPv4 and IPv6 DROP
-//! lists are loaded with `cfctl --device import` over the emulated UART;
+//! Ethernet frame, exact bytes both ways). The image built with a key
+//! boots in a network namespace, its port on an emulated hub with a tap
+//! there too, and `cfctl --device udp:` in the namespace loads Spamhaus'
+//! IPv4 and IPv6 DROP lists over the network, through the kernel's UDP;
 //! then frames from 10,000 sources, half of them inside listed networks,
 //! half unlisted (198.18.0.0/15, 2001:db8::/32), cross on VLAN 10 and
 //! VLAN 20: every listed one is dropped, every other one comes back once
 //! on the other VLAN, unchanged but for its tag, and the device's frame
-//! counters (`Traffic`) match exactly. Frames under two tags, cut short,
-//! not IP, untagged or of another VLAN go where the bridge's rules say.
-//! Needs `qemu-system-arm` and `defmt-print` (`./x setup`).
+//! counters (`Traffic`, read over UART0) grow by exactly those frames.
+//! Frames under two tags, cut short, not IP, untagged or of another VLAN
+//! go where the bridge's rules say.
+//! Needs root, iproute2, `qemu-system-arm` and `defmt-print` (`./x setup`).
 //!
 //! The agreement test gives the same frames (valid ones from listed and
 //! unlisted sources under one or two tags, and thousands of mutations of
@@ -36,8 +39,8 @@ use cfctl::netlist::{parse_file, ParseOptions};
 use cfctl::xdp::test_run::XdpAction;
 use cfctl::{Family, MalformedAction, Outcome};
 use common::blocklist_with;
-use common::cli::binary;
-use common::qemu::{firmware_elf, repo_root, Qemu};
+use common::qemu::{firmware_elf, firmware_elf_with_update_key, repo_root, Qemu};
+use common::tap::{key_file, TapNamespace, TAP};
 use etherparse::PacketBuilder;
 use filter_core::protocol::{FrameCount, Item, Prefix, Traffic};
 use ipnet::IpNet;
@@ -49,6 +52,8 @@ const SOURCES: usize = 10_000;
 /// within the controller's receive FIFO.
 const WINDOW: usize = 24;
 const VLANS: [u16; 2] = [10, 20];
+/// Untagged frames a trunk passes over while it waits for one marker.
+const UNTAGGED_AT_MOST: usize = 10_000;
 const MAC_A: [u8; 6] = [0x02, 0xcf, 0x0a, 0, 0, 2];
 const MAC_B: [u8; 6] = [0x02, 0xcf, 0x14, 0, 0, 1];
 
@@ -134,8 +139,11 @@ impl Trunk {
         self.socket.send(&marker).expect("sending the marker");
         let expected = forwarded(&marker, VLANS[0]);
         let mut buffer = [0u8; 2048];
-        // Bounded: at most every frame of the window and the marker.
-        for _ in 0..=frames.len() {
+        // Bounded: every frame of the window and the marker, and as many
+        // untagged ones (the device's own answers over UDP, the tap's
+        // frames), which are not the bridge's and are passed over.
+        let (mut tagged_frames, mut untagged_frames) = (0, 0);
+        while tagged_frames <= frames.len() && untagged_frames < UNTAGGED_AT_MOST {
             let len = match self.socket.recv(&mut buffer) {
                 Ok(len) => len,
                 Err(error)
@@ -146,10 +154,15 @@ impl Trunk {
                 Err(error) => panic!("receiving: {error}"),
             };
             let frame = buffer[..len].to_vec();
+            if frame.get(12..14) != Some(&[0x81, 0x00]) {
+                untagged_frames += 1;
+                continue;
+            }
             if frame == expected {
                 return frame;
             }
             *self.received.entry(frame).or_default() += 1;
+            tagged_frames += 1;
         }
         panic!("more frames came back than were sent");
     }
@@ -244,10 +257,16 @@ fn count(frames: &[&Vec<u8>]) -> FrameCount {
 
 #[test]
 fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
-    let elf = firmware_elf();
-    let (mut qemu, first_client, port) = Qemu::boot_with_ethernet(&elf);
-    drop(first_client);
-    let device = qemu.device().to_owned();
+    let elf = firmware_elf_with_update_key();
+    let namespace = TapNamespace::new();
+    let trunk_socket = namespace.socket("127.0.0.1:0");
+    let free = namespace
+        .socket("127.0.0.1:0")
+        .local_addr()
+        .expect("a free port in the namespace")
+        .port();
+    let (mut qemu, uart) =
+        Qemu::boot_on_tap_with_trunk(&elf, &namespace.name, TAP, &trunk_socket, free);
 
     // Spamhaus DROP, IPv4 and IPv6, as one list.
     let lists = repo_root().join("../shared/data/blocklists");
@@ -261,22 +280,25 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
     let scratch = tempfile::tempdir().expect("a scratch directory");
     let combined = scratch.path().join("spamhaus_drop_v4_v6.txt");
     std::fs::write(&combined, text).expect("writing the combined list");
-    let import = binary()
-        .args(["--device", &device, "import"])
-        .arg(&combined)
-        .output()
-        .expect("running cfctl");
-    assert!(import.status.success(), "import: {import:?}");
+    let key_file = key_file(scratch.path());
+    let import = namespace.cfctl(
+        &key_file,
+        &["import", combined.to_str().expect("a UTF-8 path")],
+    );
+    assert!(import.status.success(), "import over UDP: {import:?}");
+    let report: serde_json::Value = serde_json::from_slice(&import.stdout).expect("JSON");
+    let unique: std::collections::HashSet<&IpNet> = list.iter().collect();
+    assert_eq!(report["device_entries"], unique.len(), "{report}");
 
-    let stream = std::os::unix::net::UnixStream::connect(&device).expect("UART0");
-    let mut client = DeviceClient::new(stream, Duration::from_secs(5));
+    let mut client = DeviceClient::new(uart, Duration::from_secs(5));
     client.hello().expect("hello");
+    // The frames so far: the import's datagrams and ARP, untagged.
+    let mut expected_traffic = client.traffic().expect("the frame counters");
     let mut rng = StdRng::seed_from_u64(0x0b21_d9e5);
     let (listed, unlisted) = sources(&list, SOURCES / 2, &mut rng, &mut client);
 
     // Each source sends one datagram, on VLAN 10 or 20 in turn.
-    let mut trunk = Trunk::new(port);
-    let mut expected_traffic = Traffic::default();
+    let mut trunk = Trunk::new(trunk_socket);
     let mut sent = Vec::new();
     for (index, (&source, is_listed)) in listed
         .iter()
@@ -362,7 +384,9 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
     expected_traffic.ipv4.passed.add(double_unlisted.len());
     expected_traffic.ipv4.malformed.add(cut.len());
     expected_traffic.non_ip.add(arp.len());
-    expected_traffic.ignored = count(&[&untagged, &other_vlan]);
+    let ignored = count(&[&untagged, &other_vlan]);
+    expected_traffic.ignored.frames += ignored.frames;
+    expected_traffic.ignored.bytes += ignored.bytes;
     // Every marker is an unlisted IPv4 datagram, passed.
     let markers: Vec<&Vec<u8>> = markers.iter().collect();
     let marker_count = count(&markers);
@@ -376,6 +400,8 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
     drop(client);
     let log = qemu.stop_and_decode_log(&elf);
     assert!(!log.contains("no LAN9118"), "{log}");
+    drop(qemu);
+    drop(namespace);
 }
 
 /// Networks both data planes list in the agreement test.

@@ -14,104 +14,19 @@
 mod common;
 
 use std::collections::HashSet;
-use std::net::UdpSocket;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cfctl::netlist::{parse_file, ParseOptions};
-use common::cli::{binary, expect_one_error_line};
-use common::netns::ip;
+use common::cli::expect_one_error_line;
 use common::qemu::{
     firmware_elf_with_update_key, repo_root, stack_high_water_mark, Qemu, UPDATE_KEY_HEX,
 };
+use common::tap::{key_file, TapNamespace, TAP};
 use filter_core::protocol::datagram::{self, Key, Kind};
 use filter_core::protocol::{self, Envelope, Request, Response};
 use ipnet::IpNet;
-
-const DEVICE: &str = "198.18.250.2:7070";
-const TAP: &str = "tap0";
-
-/// A network namespace with a tap device, deleted on drop.
-struct TapNamespace {
-    name: String,
-}
-
-impl TapNamespace {
-    fn new() -> Self {
-        let name = format!("cfudp-{}", std::process::id());
-        ip(&["netns", "add", &name]);
-        let namespace = Self { name };
-        let name = namespace.name.as_str();
-        ip(&["-n", name, "tuntap", "add", "dev", TAP, "mode", "tap"]);
-        ip(&["-n", name, "addr", "add", "198.18.250.1/24", "dev", TAP]);
-        ip(&["-n", name, "link", "set", TAP, "up"]);
-        ip(&["-n", name, "link", "set", "lo", "up"]);
-        namespace
-    }
-
-    /// `cfctl --json --device udp:DEVICE --device-key KEY ARGS`, run in the
-    /// namespace.
-    fn cfctl(&self, key_file: &std::path::Path, args: &[&str]) -> Output {
-        let cfctl = binary();
-        Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .arg(cfctl.get_program())
-            .args([
-                "--json",
-                "--device",
-                &format!("udp:{DEVICE}"),
-                "--device-key",
-            ])
-            .arg(key_file)
-            .args(args)
-            .output()
-            .expect("running cfctl in the namespace")
-    }
-
-    /// Sends `datagrams` from a socket in the namespace, one at a time;
-    /// returns the answer to each, or `None` if none came within `wait`.
-    fn exchange(&self, datagrams: &[Vec<u8>], wait: Duration) -> Vec<Option<Vec<u8>>> {
-        let path = format!("/run/netns/{}", self.name);
-        let datagrams = datagrams.to_vec();
-        std::thread::spawn(move || {
-            let namespace = std::fs::File::open(path).expect("the namespace");
-            // SAFETY: setns(2) on a descriptor this thread holds open; only
-            // this thread, which ends here, changes namespace.
-            let entered = unsafe {
-                libc::setns(
-                    std::os::fd::AsRawFd::as_raw_fd(&namespace),
-                    libc::CLONE_NEWNET,
-                )
-            };
-            assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
-            let socket = UdpSocket::bind("198.18.250.1:0").expect("a socket in the namespace");
-            socket.connect(DEVICE).expect("the device's address");
-            socket.set_read_timeout(Some(wait)).expect("a timeout");
-            datagrams
-                .iter()
-                .map(|datagram| {
-                    socket.send(datagram).expect("sending");
-                    let mut answer = [0u8; 512];
-                    socket
-                        .recv(&mut answer)
-                        .ok()
-                        .map(|len| answer[..len].to_vec())
-                })
-                .collect()
-        })
-        .join()
-        .expect("the namespace's thread")
-    }
-}
-
-impl Drop for TapNamespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
 
 fn key(hex: &str) -> Key {
     let mut key = [0u8; 32];
@@ -166,9 +81,7 @@ fn cfctl_updates_a_device_over_udp_which_refuses_forged_and_replayed_datagrams()
     let (mut qemu, first_client) = Qemu::boot_on_tap(&elf, &namespace.name, TAP);
     drop(first_client);
     let dir = tempfile::tempdir().expect("a directory");
-    let key_file = dir.path().join("device.key");
-    std::fs::write(&key_file, format!("{UPDATE_KEY_HEX}\n")).expect("the key file");
-    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let key_file = key_file(dir.path());
 
     let status = json(&namespace.cfctl(&key_file, &["status"]), "status");
     assert_eq!(status["entries"], 0);

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests: the root check, frames built
 //! with etherparse, keys, and the counter check; test networks
 //! ([`netns`]), the cfctl binary ([`cli`]), the QEMU firmware
-//! ([`qemu`]) and a serial line in front of it ([`serial_line`]), and raw
+//! ([`qemu`]), a tap into it from a namespace ([`tap`]) and a serial line
+//! in front of it ([`serial_line`]), and raw
 //! frames sent from a namespace ([`raw_frames`]); binaries of Debian
 //! packages unpacked for the tests ([`unpacked_bin`]).
 
@@ -15,6 +16,7 @@ pub mod netns;
 pub mod qemu;
 pub mod raw_frames;
 pub mod serial_line;
+pub mod tap;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

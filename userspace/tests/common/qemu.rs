@@ -120,6 +120,44 @@ impl Qemu {
         )
     }
 
+    /// Boots `elf` as [`Self::boot_on_tap`] does, with the LAN9118 on an
+    /// emulated hub that also holds a UDP socket of the namespace's
+    /// 127.0.0.1 (`-netdev dgram` on port `free`): `trunk`, bound in the
+    /// namespace, then sends frames that the controller (and the tap)
+    /// receive, and receives every frame the controller or the tap sends.
+    pub fn boot_on_tap_with_trunk(
+        elf: &Path,
+        namespace: &str,
+        tap: &str,
+        trunk: &UdpSocket,
+        free: u16,
+    ) -> (Self, UnixStream) {
+        let tap = format!("tap,id=t0,ifname={tap},script=no,downscript=no");
+        let dgram = dgram_netdev("d0", free, trunk);
+        let (qemu, stream) = Self::boot_on_unix_socket(
+            elf,
+            &["ip", "netns", "exec", namespace],
+            &[
+                "-netdev",
+                "hubport,id=n0,hubid=0",
+                "-net",
+                "nic,netdev=n0,model=lan9118",
+                "-netdev",
+                &tap,
+                "-netdev",
+                "hubport,id=n1,hubid=0,netdev=t0",
+                "-netdev",
+                &dgram,
+                "-netdev",
+                "hubport,id=n2,hubid=0,netdev=d0",
+            ],
+        );
+        trunk
+            .connect((Ipv4Addr::LOCALHOST, free))
+            .expect("connecting to the emulated port");
+        (qemu, stream)
+    }
+
     /// Boots `elf` with UART0 on a unix socket and `network` as the
     /// emulator's network arguments, QEMU started by `runner` (a command
     /// that execs it) when that is not empty.
@@ -147,11 +185,7 @@ impl Qemu {
             .and_then(|socket| socket.local_addr())
             .expect("a free loopback port")
             .port();
-        let own = port.local_addr().expect("the socket's address").port();
-        let netdev = format!(
-            "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={free},\
-             remote.type=inet,remote.host=127.0.0.1,remote.port={own}"
-        );
+        let netdev = dgram_netdev("n0", free, &port);
         let (qemu, stream) = Self::boot_on_unix_socket(
             elf,
             &[],
@@ -286,4 +320,14 @@ impl Drop for Qemu {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A `-netdev dgram` with id `id` on 127.0.0.1 port `free`, its frames
+/// going to and coming from `peer`'s port.
+fn dgram_netdev(id: &str, free: u16, peer: &UdpSocket) -> String {
+    let own = peer.local_addr().expect("the socket's address").port();
+    format!(
+        "dgram,id={id},local.type=inet,local.host=127.0.0.1,local.port={free},\
+         remote.type=inet,remote.host=127.0.0.1,remote.port={own}"
+    )
 }
