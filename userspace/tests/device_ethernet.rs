@@ -5,13 +5,13 @@
 //! boots in a network namespace, its port on an emulated hub with a tap
 //! there too, and `cfctl --device udp:` in the namespace loads Spamhaus'
 //! IPv4 and IPv6 DROP lists over the network, through the kernel's UDP;
-//! then frames from 10,000 sources, half of them inside listed networks,
-//! half unlisted (198.18.0.0/15, 2001:db8::/32), cross on VLAN 10 and
-//! VLAN 20: every listed one is dropped, every other one comes back once
-//! on the other VLAN, unchanged but for its tag, and the device's frame
-//! counters (`Traffic`, read over UART0) grow by exactly those frames.
-//! Frames under two tags, cut short, not IP, untagged or of another VLAN
-//! go where the bridge's rules say.
+//! then frames from 10,000 sources (UDP datagrams and pings), half of them
+//! inside listed networks, half unlisted (198.18.0.0/15, 2001:db8::/32),
+//! cross on VLAN 10 and VLAN 20: every listed one is dropped, every other
+//! one comes back once on the other VLAN, unchanged but for its tag, and
+//! the device's frame counters (`Traffic`, read over UART0) grow by
+//! exactly those frames. Frames under two tags, cut short, not IP,
+//! untagged or of another VLAN go where the bridge's rules say.
 //! Needs root, iproute2, `qemu-system-arm` and `defmt-print` (`./x setup`).
 //!
 //! The agreement test gives the same frames (valid ones from listed and
@@ -76,6 +76,31 @@ fn datagram(source: IpAddr, id: u32) -> Vec<u8> {
     builder
         .write(&mut frame, &payload)
         .expect("writing to a Vec");
+    frame
+}
+
+/// An ICMP echo request (a ping) from `source` with identifier and
+/// sequence number from `id` (and zeros, as [`datagram`]), untagged.
+fn echo_request(source: IpAddr, id: u32) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2(MAC_A, MAC_B);
+    let [identifier, sequence] = [(id >> 16) as u16, id as u16];
+    let payload = [0u8; 20];
+    let mut frame = Vec::new();
+    let written = match source {
+        IpAddr::V4(source) => builder
+            .ipv4(source.octets(), [198, 18, 197, 1], 64)
+            .icmpv4_echo_request(identifier, sequence)
+            .write(&mut frame, &payload),
+        IpAddr::V6(source) => builder
+            .ipv6(
+                source.octets(),
+                Ipv6Addr::new(0x2001, 0xdb8, 197, 0, 0, 0, 0, 1).octets(),
+                64,
+            )
+            .icmpv6_echo_request(identifier, sequence)
+            .write(&mut frame, &payload),
+    };
+    written.expect("writing to a Vec");
     frame
 }
 
@@ -297,7 +322,8 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
     let mut rng = StdRng::seed_from_u64(0x0b21_d9e5);
     let (listed, unlisted) = sources(&list, SOURCES / 2, &mut rng, &mut client);
 
-    // Each source sends one datagram, on VLAN 10 or 20 in turn.
+    // Each source sends one frame, on VLAN 10 or 20 in turn: every third
+    // a ping, the others a UDP datagram.
     let mut trunk = Trunk::new(trunk_socket);
     let mut sent = Vec::new();
     for (index, (&source, is_listed)) in listed
@@ -307,7 +333,11 @@ fn the_bridge_drops_every_listed_source_and_forwards_every_other_frame() {
         .enumerate()
     {
         let vlan = VLANS[index % 2];
-        let frame = tagged(&datagram(source, index as u32), &[vlan]);
+        let frame = if index % 3 == 0 {
+            tagged(&echo_request(source, index as u32), &[vlan])
+        } else {
+            tagged(&datagram(source, index as u32), &[vlan])
+        };
         let family = if source.is_ipv4() {
             &mut expected_traffic.ipv4
         } else {
