@@ -38,6 +38,17 @@ pub fn ip(args: &[&str]) {
     );
 }
 
+/// Moves the calling thread into network namespace `name` (made by `ip
+/// netns add`), for good: for a thread of its own, never the test's main
+/// thread, which must stay outside to clean up.
+pub fn enter_namespace(name: &str) {
+    let file = File::open(Path::new("/run/netns").join(name)).expect("the namespace's file");
+    // SAFETY: setns(2) on a descriptor this function holds open; it
+    // switches only the calling thread's network namespace.
+    let entered = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+}
+
 /// A network namespace holding the peer end of a veth pair, with test
 /// addresses and static neighbours on both sides. Drop deletes the
 /// namespace (which deletes the veth pair) and the host link if still there.
@@ -157,12 +168,7 @@ impl TestNetwork {
     /// 127.0.0.1). For a thread of its own, never the test's main thread,
     /// which must stay outside to clean up.
     pub fn enter(&self) {
-        let file = std::fs::File::open(format!("/run/netns/{}", self.namespace))
-            .expect("the namespace's file");
-        // SAFETY: setns(2) on a descriptor this function holds open.
-        let entered =
-            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
-        assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+        enter_namespace(&self.namespace);
     }
 
     /// 198.18.<subnet>.<host>
@@ -201,12 +207,9 @@ impl TestNetwork {
         payload: &'static [u8],
         count: u64,
     ) {
-        let namespace_path = Path::new("/run/netns").join(&self.namespace);
+        let namespace = self.namespace.clone();
         std::thread::spawn(move || {
-            let namespace = File::open(&namespace_path).expect("opening the namespace");
-            // SAFETY: switches only this thread's network namespace.
-            let entered = unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+            enter_namespace(&namespace);
             let socket = UdpSocket::bind(SocketAddr::new(source, 0)).expect("binding the sender");
             for _ in 0..count {
                 socket

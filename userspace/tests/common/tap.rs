@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use super::cli::binary;
-use super::netns::ip;
+use super::netns::{enter_namespace, ip};
 use super::qemu::UPDATE_KEY_HEX;
 
 /// Where the QEMU image built with a key takes updates.
@@ -64,19 +64,9 @@ impl TapNamespace {
     /// thread that enters it; a socket stays in the namespace it was made
     /// in).
     pub fn socket(&self, address: &str) -> UdpSocket {
-        let path = format!("/run/netns/{}", self.name);
-        let address = address.to_owned();
+        let (name, address) = (self.name.clone(), address.to_owned());
         std::thread::spawn(move || {
-            let namespace = std::fs::File::open(path).expect("the namespace");
-            // SAFETY: setns(2) on a descriptor this thread holds open; only
-            // this thread, which ends here, changes namespace.
-            let entered = unsafe {
-                libc::setns(
-                    std::os::fd::AsRawFd::as_raw_fd(&namespace),
-                    libc::CLONE_NEWNET,
-                )
-            };
-            assert_eq!(entered, 0, "setns: {}", std::io::Error::last_os_error());
+            enter_namespace(&name);
             UdpSocket::bind(address).expect("a socket in the namespace")
         })
         .join()
