@@ -11,7 +11,7 @@ use std::time::Duration;
 use cfctl::control::FilterSettings;
 use cfctl::netlist::{parse_bytes, ParseOptions};
 use cfctl::sources::file;
-use cfctl::store::{ListKind, NewEntry, Store, StoreError};
+use cfctl::store::{ListKind, NewEntry, ReplaceReport, Store, StoreError};
 use cfctl::Mode;
 use ipnet::IpNet;
 
@@ -345,11 +345,7 @@ fn the_allowlist_is_a_separate_list() {
     txn.commit().unwrap();
 
     // Replacing the blocklist leaves the allowlist and its sources alone.
-    let mut txn = store.begin().unwrap();
-    let report = txn
-        .replace(ListKind::Blocklist, "cli", cli(&["2001:db8::/32"]))
-        .unwrap();
-    txn.commit().unwrap();
+    let report = replaced(&store, "cli", cli(&["2001:db8::/32"]));
     assert_eq!(report.removed, [net("198.18.0.0/15")]);
     let allowed = store.entries(ListKind::Allowlist, None).unwrap();
     assert_eq!(allowed.len(), 1);
@@ -574,15 +570,7 @@ fn killed_writers_leave_the_last_commit() {
 #[test]
 fn a_network_stays_listed_until_every_source_drops_it() {
     let (_dir, store) = store_listing(&["198.18.0.0/24", "198.18.1.0/24"]);
-    let mut txn = store.begin().unwrap();
-    let report = txn
-        .replace(
-            ListKind::Blocklist,
-            "feed:a",
-            cli(&["198.18.1.0/24", "198.18.2.0/24"]),
-        )
-        .unwrap();
-    txn.commit().unwrap();
+    let report = replaced(&store, "feed:a", cli(&["198.18.1.0/24", "198.18.2.0/24"]));
     assert_eq!(report.added, [net("198.18.2.0/24")]);
     assert_eq!(report.joined, [net("198.18.1.0/24")]);
     assert_eq!(
@@ -592,11 +580,7 @@ fn a_network_stays_listed_until_every_source_drops_it() {
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 3);
 
     // The feed drops what the command line also lists: it stays.
-    let mut txn = store.begin().unwrap();
-    let report = txn
-        .replace(ListKind::Blocklist, "feed:a", cli(&["198.18.2.0/24"]))
-        .unwrap();
-    txn.commit().unwrap();
+    let report = replaced(&store, "feed:a", cli(&["198.18.2.0/24"]));
     assert_eq!(report.removed, Vec::<IpNet>::new());
     assert_eq!(report.still_listed, [net("198.18.1.0/24")]);
     assert_eq!(report.kept, 1);
@@ -727,12 +711,52 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
     );
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 2);
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (5, true));
+    assert_eq!(raw_schema(dir.path()), (6, true));
+}
+
+/// A state directory holding a copy of the store `tests/data/NAME`.
+fn fixture(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
+    dir
+}
+
+/// The blocklist's networks that `source` lists.
+fn listed_by(store: &Store, source: &str) -> Vec<String> {
+    store
+        .entries(ListKind::Blocklist, Some(source))
+        .unwrap()
+        .iter()
+        .map(|entry| entry.net.to_string())
+        .collect()
+}
+
+/// `source`'s blocklist entries replaced by `entries`, committed.
+fn replaced(store: &Store, source: &str, entries: Vec<NewEntry<'_>>) -> ReplaceReport {
+    let mut txn = store.begin().unwrap();
+    let report = txn.replace(ListKind::Blocklist, source, entries).unwrap();
+    txn.commit().unwrap();
+    report
+}
+
+/// The fixtures' `cfctl add --comment kept --timeout ... 198.18.0.1`: its
+/// comment and its expiry kept.
+fn assert_keeps_the_fixtures_cli_entry(store: &Store) {
+    let kept = store
+        .entry(ListKind::Blocklist, &net("198.18.0.1/32"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.sources[0].comment.as_deref(), Some("kept"));
+    assert!(store.next_expiry().unwrap().is_some());
 }
 
 /// The schema version of the store in `dir`, read with redb directly, and
-/// whether each list's index by source holds exactly its memberships (the
-/// index of schema 5, built by the migration).
+/// whether each list's index by source holds exactly the memberships of
+/// the sources that `unindexed_sources` does not leave out (all of them in
+/// a store of schema 5 or one just migrated).
 fn raw_schema(dir: &Path) -> (u64, bool) {
     use redb::{ReadableDatabase, ReadableTable};
     type Net = &'static [u8; 18];
@@ -754,6 +778,7 @@ fn raw_schema(dir: &Path) -> (u64, bool) {
         let (Ok(members), Ok(index)) = (txn.open_table(members), txn.open_table(index)) else {
             return false;
         };
+        let unindexed = unindexed_in(&txn, list);
         let mut from_members: Vec<(u32, [u8; 18])> = members
             .iter()
             .unwrap()
@@ -762,6 +787,7 @@ fn raw_schema(dir: &Path) -> (u64, bool) {
                 let (net, source) = key.value();
                 (source, *net)
             })
+            .filter(|(source, _)| !unindexed.contains(source))
             .collect();
         from_members.sort_unstable();
         let from_index: Vec<(u32, [u8; 18])> = index
@@ -776,6 +802,30 @@ fn raw_schema(dir: &Path) -> (u64, bool) {
         from_members == from_index
     });
     (version, indexed)
+}
+
+/// The ids of the blocklist's sources that the store in `dir` leaves out
+/// of its index by source.
+fn unindexed_blocklist_sources(dir: &Path) -> Vec<u32> {
+    use redb::ReadableDatabase;
+    let db = redb::Database::open(dir.join(Store::FILE_NAME)).unwrap();
+    unindexed_in(&db.begin_read().unwrap(), "blocklist")
+}
+
+/// The ids of the sources of `list` ("blocklist" or "allowlist") that
+/// `txn`'s store leaves out of its index by source.
+fn unindexed_in(txn: &redb::ReadTransaction, list: &str) -> Vec<u32> {
+    const UNINDEXED: redb::TableDefinition<(u8, u32), ()> =
+        redb::TableDefinition::new("unindexed_sources");
+    let code = u8::from(list == "allowlist");
+    let Ok(table) = txn.open_table(UNINDEXED) else {
+        return Vec::new();
+    };
+    table
+        .range((code, 0)..=(code, u32::MAX))
+        .unwrap()
+        .map(|row| row.unwrap().0.value().1)
+        .collect()
 }
 
 #[test]
@@ -923,11 +973,7 @@ fn a_schema_2_store_has_its_source_index_rebuilt_and_keeps_every_membership() {
     );
     // The migrated memberships take part in a refresh: file:a drops its
     // network, which feed:b still lists, and lists a new one.
-    let mut txn = store.begin().unwrap();
-    let report = txn
-        .replace(ListKind::Blocklist, "file:a", cli(&["198.18.3.0/24"]))
-        .unwrap();
-    txn.commit().unwrap();
+    let report = replaced(&store, "file:a", cli(&["198.18.3.0/24"]));
     assert_eq!(report.still_listed, [net("198.18.0.0/24")]);
     assert_eq!(report.added, [net("198.18.3.0/24")]);
     assert_eq!(
@@ -935,7 +981,7 @@ fn a_schema_2_store_has_its_source_index_rebuilt_and_keeps_every_membership() {
         ["198.18.0.0/24", "198.18.1.0/24", "198.18.3.0/24"]
     );
     drop(store);
-    assert_eq!(raw_schema(dir.path()), (5, true));
+    assert_eq!(raw_schema(dir.path()), (6, true));
 }
 
 /// A store the previous release wrote (schema 3: `cfctl add` with a
@@ -948,12 +994,10 @@ fn a_store_of_the_previous_release_is_migrated_with_its_states() {
     use cfctl::agent::status::AgentRecord;
     use cfctl::sources::crowdsec::LapiState;
     use cfctl::sources::feed::FeedState;
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v3.redb");
-    std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
+    let dir = fixture("store-v3.redb");
     assert_eq!(raw_schema(dir.path()).0, 3);
     drop(Store::open(dir.path()).unwrap());
-    assert_eq!(raw_schema(dir.path()), (5, true));
+    assert_eq!(raw_schema(dir.path()), (6, true));
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(
         listed(&store),
@@ -965,12 +1009,7 @@ fn a_store_of_the_previous_release_is_migrated_with_its_states() {
         ]
     );
     assert_eq!(store.entry_count(ListKind::Allowlist).unwrap(), 1);
-    let kept = store
-        .entry(ListKind::Blocklist, &net("198.18.0.1/32"))
-        .unwrap()
-        .unwrap();
-    assert_eq!(kept.sources[0].comment.as_deref(), Some("kept"));
-    assert!(store.next_expiry().unwrap().is_some());
+    assert_keeps_the_fixtures_cli_entry(&store);
     let settings: FilterSettings = store.state("filter", "filter").unwrap().unwrap();
     assert_eq!(settings.mode, Mode::Monitor);
     let feed: FeedState = store.state("feed", "local").unwrap().unwrap();
@@ -1012,21 +1051,19 @@ fn a_store_of_the_previous_release_is_migrated_with_its_states() {
     assert_eq!(listed(&store).len(), 4);
 }
 
-/// A store the current release wrote before the index by source (schema
+/// A store a release wrote before the index by source (schema
 /// 4: `cfctl add` with a comment and with a timeout, `import` of a file
 /// that shares a network with a feed, `allow add`, `mode monitor`, and
 /// `agent --once` with a file feed and an unreachable CrowdSec LAPI)
-/// opens as schema 5: every entry kept, the index built from the
+/// opens as the current schema: every entry kept, the index built from the
 /// memberships, and a refresh of one source among many others read
 /// through it.
 #[test]
 fn a_store_of_the_current_release_is_migrated_to_the_index_by_source() {
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v4.redb");
-    std::fs::copy(&fixture, dir.path().join(Store::FILE_NAME)).expect("copying the fixture");
+    let dir = fixture("store-v4.redb");
     assert_eq!(raw_schema(dir.path()), (4, false));
     drop(Store::open(dir.path()).unwrap());
-    assert_eq!(raw_schema(dir.path()), (5, true));
+    assert_eq!(raw_schema(dir.path()), (6, true));
     let store = Store::open(dir.path()).unwrap();
     let feed = ["198.18.0.1/32", "198.18.9.0/24", "2001:db8:200::/48"];
     assert_eq!(
@@ -1039,15 +1076,7 @@ fn a_store_of_the_current_release_is_migrated_to_the_index_by_source() {
             "2001:db8:200::/48"
         ]
     );
-    let of_feed = |store: &Store| -> Vec<String> {
-        store
-            .entries(ListKind::Blocklist, Some("feed:local"))
-            .unwrap()
-            .iter()
-            .map(|entry| entry.net.to_string())
-            .collect()
-    };
-    assert_eq!(of_feed(&store), feed);
+    assert_eq!(listed_by(&store, "feed:local"), feed);
     let kept = store
         .entry(ListKind::Blocklist, &net("198.18.0.1/32"))
         .unwrap()
@@ -1072,21 +1101,89 @@ fn a_store_of_the_current_release_is_migrated_to_the_index_by_source() {
     txn.add(ListKind::Blocklist, "file:others", &cli(&others))
         .unwrap();
     txn.commit().unwrap();
-    assert_eq!(of_feed(&store), feed);
-    let mut txn = store.begin().unwrap();
-    let report = txn
-        .replace(
-            ListKind::Blocklist,
-            "feed:local",
-            cli(&["198.18.0.1/32", "198.18.10.0/24"]),
-        )
-        .unwrap();
-    txn.commit().unwrap();
+    assert_eq!(listed_by(&store, "feed:local"), feed);
+    let report = replaced(
+        &store,
+        "feed:local",
+        cli(&["198.18.0.1/32", "198.18.10.0/24"]),
+    );
     assert_eq!(report.kept, 1);
     assert_eq!(report.added, [net("198.18.10.0/24")]);
     assert_eq!(report.still_listed, [net("198.18.9.0/24")]);
     assert_eq!(report.removed, [net("2001:db8:200::/48")]);
-    assert_eq!(of_feed(&store), ["198.18.0.1/32", "198.18.10.0/24"]);
+    assert_eq!(
+        listed_by(&store, "feed:local"),
+        ["198.18.0.1/32", "198.18.10.0/24"]
+    );
     drop(store);
+    assert_eq!(raw_schema(dir.path()), (6, true));
+}
+
+/// A store the current release wrote with every source in the index by
+/// source (schema 5: `cfctl add --comment kept --timeout 3650d
+/// 198.18.0.1`, `import --source big` of 40 addresses 198.19.0.0-39,
+/// `add --source feed:local` of three networks, one shared with `cli`, and
+/// `allow add 198.18.50.1`) opens as schema 6 with nothing lost. A source
+/// that comes to list much of the list leaves the index at its next
+/// change, and comes back into it, rebuilt, once it lists little; through
+/// both, its listing, its replace reports and the other sources' stay
+/// exact.
+#[test]
+fn a_store_of_the_current_release_keeps_its_index_and_large_sources_leave_it() {
+    let dir = fixture("store-v5.redb");
     assert_eq!(raw_schema(dir.path()), (5, true));
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(raw_schema(dir.path()), (6, true));
+    assert!(unindexed_blocklist_sources(dir.path()).is_empty());
+    let big: Vec<String> = (0..40).map(|n| format!("198.19.0.{n}/32")).collect();
+    let feed = ["198.18.0.1/32", "198.18.9.0/24", "2001:db8:200::/48"];
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 43);
+    assert_eq!(store.entry_count(ListKind::Allowlist).unwrap(), 1);
+    assert_eq!(listed_by(&store, "big"), big);
+    assert_eq!(listed_by(&store, "feed:local"), feed);
+    assert_keeps_the_fixtures_cli_entry(&store);
+
+    // `big` lists most of the list: its refresh takes it out of the index.
+    let refreshed: Vec<String> = (1..41).map(|n| format!("198.19.0.{n}/32")).collect();
+    let refreshed: Vec<&str> = refreshed.iter().map(String::as_str).collect();
+    let report = replaced(&store, "big", cli(&refreshed));
+    assert_eq!(report.kept, 39);
+    assert_eq!(report.added, [net("198.19.0.40/32")]);
+    assert_eq!(report.removed, [net("198.19.0.0/32")]);
+    assert_eq!(listed_by(&store, "big"), refreshed);
+    drop(store);
+    assert_eq!(unindexed_blocklist_sources(dir.path()).len(), 1);
+    assert_eq!(raw_schema(dir.path()), (6, true));
+
+    // Beside 400 others, `big` shrinks to two entries: back in the index,
+    // with exactly its memberships.
+    let store = Store::open(dir.path()).unwrap();
+    let others: Vec<String> = (0..400)
+        .map(|n| format!("198.18.{}.{}/32", 100 + n / 200, n % 200))
+        .collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    let mut txn = store.begin().unwrap();
+    txn.add(ListKind::Blocklist, "file:others", &cli(&others))
+        .unwrap();
+    txn.commit().unwrap();
+    let report = replaced(&store, "big", cli(&["198.19.0.1/32", "198.18.100.0/32"]));
+    assert_eq!((report.kept, report.removed.len()), (1, 39));
+    assert_eq!(report.joined, [net("198.18.100.0/32")]);
+    assert_eq!(
+        listed_by(&store, "big"),
+        ["198.18.100.0/32", "198.19.0.1/32"]
+    );
+    assert_eq!(listed_by(&store, "feed:local"), feed);
+    assert_eq!(listed_by(&store, "file:others").len(), 400);
+    drop(store);
+    // `file:others` lists most of the list now; `big` is back.
+    assert_eq!(unindexed_blocklist_sources(dir.path()).len(), 1);
+    assert_eq!(raw_schema(dir.path()), (6, true));
+    let store = Store::open(dir.path()).unwrap();
+    let report = replaced(&store, "big", cli(&["198.19.0.2/32"]));
+    assert_eq!(report.added, [net("198.19.0.2/32")]);
+    assert_eq!(report.removed, [net("198.19.0.1/32")]);
+    assert_eq!(report.still_listed, [net("198.18.100.0/32")]);
+    assert_eq!(listed_by(&store, "big"), ["198.19.0.2/32"]);
 }

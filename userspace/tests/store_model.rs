@@ -4,9 +4,11 @@
 //! lookup paths and large ones its ordered pass over the whole list; a
 //! replace, and a read of one source's entries, take that source's
 //! networks from the index by source while it lists fewer than a
-//! sixteenth of the list, and read the whole list once it lists more (the
-//! base list is sized so that the sources cross that line). All must give
-//! the model's reports and contents after every change.
+//! sixteenth of the list, and read the whole list once it lists more; a
+//! source leaves the index at that line and comes back below half of it
+//! (the base list is sized so that the sources cross both lines, and the
+//! base source itself is out of the index). All must give the model's
+//! reports and contents after every change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;

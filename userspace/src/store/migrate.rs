@@ -5,7 +5,8 @@
 //! settings and the agent's records in a `settings` table and the feeds'
 //! states in a `feeds` table, which version 4 holds in its one `state`
 //! table; version 4 had no index by source, which version 5 builds from
-//! the memberships.
+//! the memberships. Version 5 indexed every source, which version 6 reads
+//! as it is: a source leaves the index at its next large change.
 
 use std::collections::HashMap;
 
@@ -15,7 +16,7 @@ use super::schema::{v1, v2, v3, NetBytes, ALL_SOURCES, COUNTS, SOURCES, STATE};
 use super::{InStore, ListKind, Store, StoreError};
 
 impl Store {
-    /// Brings a store of schema version `found` (1 to 4) to the current
+    /// Brings a store of schema version `found` (1 to 5) to the current
     /// one, one version after another, in `txn`.
     pub(super) fn migrate(
         &self,
@@ -31,7 +32,10 @@ impl Store {
         if found <= 3 {
             self.migrate_from_v3(txn)?;
         }
-        self.migrate_from_v4(txn)
+        if found <= 4 {
+            self.migrate_from_v4(txn)?;
+        }
+        Ok(())
     }
 
     /// Moves the entries of a schema 1 store (one source per network; a

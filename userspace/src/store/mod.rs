@@ -38,8 +38,9 @@
 //! | `meta` | `"schema_version"` | `u64` |
 //! | `blocklist_members` | (network, source id) | (comment, added: Unix s, expires: Unix ms or 0) |
 //! | `blocklist_expiry` | (expires: Unix ms, source id, network) | `()`: memberships by expiry |
-//! | `blocklist_by_source` | (source id, network) | `()`: memberships by source |
+//! | `blocklist_by_source` | (source id, network) | `()`: memberships by source, of the sources not in `unindexed_sources` |
 //! | `allowlist_*` | the same for the allowlist | |
+//! | `unindexed_sources` | (list code, source id) | `()`: sources the index by source leaves out |
 //! | `counts` | (list code, source id or `u32::MAX`) | memberships of a source, or networks of the list |
 //! | `sources` | source id `u32` | source name |
 //! | `state` | (namespace, key) | an owner's state, JSON ([`state`]) |
@@ -60,7 +61,15 @@
 //! source lists is one range of it: a source's refresh
 //! ([`StoreTransaction::replace`]) and a listing of one source read that
 //! source's networks and the memberships of those networks only, whatever
-//! the other sources list.
+//! the other sources list. It holds only the sources that list less than
+//! a [`ROWS_PER_LOOKUP`]th of their list: reading the networks of a larger
+//! one costs a pass over the list anyway, so such a source is left out
+//! (`unindexed_sources`) and each of its memberships costs one write, not
+//! two. Whether a source is in the index is decided at each of its adds
+//! and replaces, by what it will list after it: it leaves at that line and
+//! comes back, rebuilt from one pass over the memberships, below half of
+//! it. A small source that was once large (the first feed into an empty
+//! store) is read in one pass until its next change puts it back.
 //! Source names are stored once and referred to by id. States are JSON
 //! with defaults for missing fields, so new fields can be added without a
 //! schema change. A store of an earlier schema version is migrated when it
@@ -102,7 +111,7 @@ pub use records::{
     AddReport, DeleteReport, Entry, ExpireReport, Membership, NewEntry, ReplaceReport,
 };
 pub use schema::{ListKind, SCHEMA_VERSION};
-use schema::{COUNTS, META, SCHEMA_VERSION_KEY, SOURCES, STATE};
+use schema::{COUNTS, META, SCHEMA_VERSION_KEY, SOURCES, STATE, UNINDEXED};
 pub use transaction::StoreTransaction;
 use writer::SourceIds;
 pub use writer::ROWS_PER_LOOKUP;
@@ -335,6 +344,7 @@ impl Store {
                 txn.open_table(tables.expiry).in_store(self)?;
                 txn.open_table(tables.by_source).in_store(self)?;
             }
+            txn.open_table(UNINDEXED).in_store(self)?;
             txn.open_table(COUNTS).in_store(self)?;
             txn.open_table(SOURCES).in_store(self)?;
             txn.open_table(STATE).in_store(self)?;

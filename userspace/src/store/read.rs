@@ -12,7 +12,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::schema::{
     decode_expiry, decode_net, encode_net, memberships_of, networks_of, MemberKey, MemberValue,
-    NetBytes, ALL_SOURCES, COUNTS, SOURCES,
+    NetBytes, ALL_SOURCES, COUNTS, SOURCES, UNINDEXED,
 };
 use super::writer::ROWS_PER_LOOKUP;
 use super::{Entry, InStore, ListKind, Membership, Store, StoreError};
@@ -43,7 +43,15 @@ impl Store {
                     .get((list.code(), id))
                     .in_store(self)?
                     .map_or(0, |count| count.value());
-                if count.saturating_mul(ROWS_PER_LOOKUP) < members.len().in_store(self)? {
+                let indexed = txn
+                    .open_table(UNINDEXED)
+                    .in_store(self)?
+                    .get((list.code(), id))
+                    .in_store(self)?
+                    .is_none();
+                if indexed
+                    && count.saturating_mul(ROWS_PER_LOOKUP) < members.len().in_store(self)?
+                {
                     let by_source = txn.open_table(list.tables().by_source).in_store(self)?;
                     let mut entries = Vec::new();
                     for row in by_source.range(networks_of(id)).in_store(self)? {

@@ -11,7 +11,7 @@ use redb::TableDefinition;
 use crate::time::{from_unix_millis, unix_millis};
 
 /// The schema version this code reads and writes.
-pub const SCHEMA_VERSION: u64 = 5;
+pub const SCHEMA_VERSION: u64 = 6;
 
 /// A network as a key: family (4 or 6), 16 address bytes (IPv4 in the
 /// first 4), prefix length.
@@ -42,6 +42,12 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 pub(super) const SOURCES: TableDefinition<u32, &str> = TableDefinition::new("sources");
 pub(super) const COUNTS: TableDefinition<CountKey, u64> = TableDefinition::new("counts");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
+/// The sources the index by source leaves out, by (list code, source id):
+/// each listed at least a [`ROWS_PER_LOOKUP`](super::writer::ROWS_PER_LOOKUP)th
+/// of its list when last changed, so what it lists is read in one pass over
+/// the list, and its memberships cost one write each, not two.
+pub(super) const UNINDEXED: TableDefinition<CountKey, ()> =
+    TableDefinition::new("unindexed_sources");
 /// The state table: (namespace, key) -> JSON (see [`super::state`]).
 pub(super) const STATE: TableDefinition<(&str, &str), &str> = TableDefinition::new("state");
 

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::schema::{encode_expiry, encode_net, NetBytes, SOURCES};
-use super::writer::{in_order, ListWriter, Moved, SourceIds, Steps};
+use super::writer::{in_order, Held, ListWriter, Moved, SourceIds, Steps};
 use super::{
     AddReport, DeleteReport, ExpireReport, InStore, ListKind, NewEntry, ReplaceReport, Store,
     StoreError,
@@ -81,7 +81,13 @@ impl StoreTransaction<'_> {
             }
             Ok((report, held))
         };
-        let write = |writer: &mut ListWriter<'_>, held: Vec<_>| {
+        let write = |writer: &mut ListWriter<'_>, held: Vec<Held>| {
+            let joining = held
+                .iter()
+                .filter(|held| !matches!(held.joined(), Moved::Nothing))
+                .count();
+            let after = writer.count_of(source)? + joining as u64;
+            writer.settle_index(source, after)?;
             for ((net, entry), held) in entries.iter().zip(held) {
                 writer.join(source, *net, held, entry.comment, entry.expires)?;
             }
@@ -164,6 +170,7 @@ impl StoreTransaction<'_> {
             Ok((report, steps))
         };
         let write = |writer: &mut ListWriter<'_>, steps: Steps<'_, '_>| {
+            writer.settle_index(source, entries.len() as u64)?;
             for step in steps.steps {
                 writer.take_step(source, step)?;
             }

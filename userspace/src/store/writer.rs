@@ -5,12 +5,12 @@
 
 use super::schema::{
     encode_expiry, encode_net, memberships_of, networks_of, CountKey, ExpiryKey, MemberKey,
-    MemberValue, NetBytes, SourceKey, ALL_SOURCES, COUNTS,
+    MemberValue, NetBytes, SourceKey, ALL_SOURCES, COUNTS, UNINDEXED,
 };
 use super::{ListKind, NewEntry, ReplaceReport, StoreError};
 use ipnet::IpNet;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 /// Source names and their ids, as in the `sources` table.
@@ -192,6 +192,23 @@ impl Steps<'_, '_> {
 /// replacement (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
+/// Whether a source that lists `share` of a list's `rows` memberships
+/// leaves the index by source: at a [`ROWS_PER_LOOKUP`]th of the list or
+/// more, the reads of its networks take one pass over the list anyway, and
+/// the index would only double the cost of every write of its memberships.
+/// It comes back below half that line, so a source whose share wavers
+/// around the line is not dropped from the index and rebuilt on every
+/// change.
+fn leaves_index(share: u64, rows: u64) -> bool {
+    share.saturating_mul(ROWS_PER_LOOKUP) >= rows
+}
+
+/// Whether a source out of the index by source comes back into it (see
+/// [`leaves_index`]).
+fn rejoins_index(share: u64, rows: u64) -> bool {
+    share.saturating_mul(2 * ROWS_PER_LOOKUP) < rows
+}
+
 /// Copies of `entries` keyed by their stored form, in order, the first of
 /// any repeats kept (ordered writes touch each page of a table once), and
 /// how many repeats there were. Copies, not references: the writes then
@@ -218,6 +235,9 @@ pub(super) struct ListWriter<'t> {
     pub(super) members: Table<'t, MemberKey, MemberValue>,
     pub(super) expiry: Table<'t, ExpiryKey, ()>,
     pub(super) by_source: Table<'t, SourceKey, ()>,
+    /// The `unindexed_sources` table, and the list's ids in it.
+    pub(super) unindexed_table: Table<'t, CountKey, ()>,
+    pub(super) unindexed: HashSet<u32>,
     pub(super) counts: Table<'t, CountKey, u64>,
     pub(super) deltas: HashMap<u32, i64>,
     pub(super) now: u64,
@@ -230,11 +250,18 @@ impl<'t> ListWriter<'t> {
         now: u64,
     ) -> Result<Self, redb::Error> {
         let tables = list.tables();
+        let unindexed_table = txn.open_table(UNINDEXED)?;
+        let mut unindexed = HashSet::new();
+        for row in unindexed_table.range((list.code(), 0)..=(list.code(), u32::MAX))? {
+            unindexed.insert(row?.0.value().1);
+        }
         Ok(Self {
             list,
             members: txn.open_table(tables.members)?,
             expiry: txn.open_table(tables.expiry)?,
             by_source: txn.open_table(tables.by_source)?,
+            unindexed_table,
+            unindexed,
             counts: txn.open_table(COUNTS)?,
             deltas: HashMap::new(),
             now,
@@ -373,7 +400,9 @@ impl<'t> ListWriter<'t> {
         }
         self.members
             .insert((&net, source), (comment, self.now, expires))?;
-        self.by_source.insert((source, &net), ())?;
+        if self.indexed(source) {
+            self.by_source.insert((source, &net), ())?;
+        }
         if expires != 0 {
             self.expiry.insert((expires, source, &net), ())?;
         }
@@ -424,7 +453,9 @@ impl<'t> ListWriter<'t> {
         else {
             return Ok(false);
         };
-        self.by_source.remove((source, &net))?;
+        if self.indexed(source) {
+            self.by_source.remove((source, &net))?;
+        }
         if expires != 0 {
             self.expiry.remove((expires, source, &net))?;
         }
@@ -456,11 +487,11 @@ impl<'t> ListWriter<'t> {
         Ok(moved)
     }
 
-    /// Every network `source` lists, from the index by source, if reading
-    /// them one by one costs less than one pass over the list (see
-    /// [`ROWS_PER_LOOKUP`]).
+    /// Every network `source` lists, from the index by source, if the
+    /// index holds them and reading them one by one costs less than one
+    /// pass over the list (see [`ROWS_PER_LOOKUP`]).
     pub(super) fn few_nets_of(&self, source: u32) -> Result<Option<Vec<NetBytes>>, redb::Error> {
-        if self.one_pass_for(self.count_of(source)?)? {
+        if !self.indexed(source) || self.one_pass_for(self.count_of(source)?)? {
             return Ok(None);
         }
         let mut nets = Vec::new();
@@ -469,6 +500,44 @@ impl<'t> ListWriter<'t> {
             nets.push(net);
         }
         Ok(Some(nets))
+    }
+
+    /// Whether the index by source holds `source`'s memberships.
+    pub(super) fn indexed(&self, source: u32) -> bool {
+        !self.unindexed.contains(&source)
+    }
+
+    /// Before a change that leaves `source` listing `after` networks:
+    /// takes it out of the index by source if it will list so large a
+    /// share of the list that the index no longer pays
+    /// ([`leaves_index`]), or puts it back, from one pass over the
+    /// memberships, if it has shrunk well below that line
+    /// ([`rejoins_index`]).
+    pub(super) fn settle_index(&mut self, source: u32, after: u64) -> Result<(), redb::Error> {
+        let rows = (self.members.len()?)
+            .saturating_sub(self.count_of(source)?)
+            .saturating_add(after);
+        let key = (self.list.code(), source);
+        if self.indexed(source) && leaves_index(after, rows) {
+            self.by_source
+                .retain_in(networks_of(source), |_, ()| false)?;
+            self.unindexed_table.insert(key, ())?;
+            self.unindexed.insert(source);
+        } else if !self.indexed(source) && rejoins_index(after, rows) {
+            let mut nets = Vec::new();
+            for row in self.members.iter()? {
+                let (&net, member) = row?.0.value();
+                if member == source {
+                    nets.push(net);
+                }
+            }
+            for net in &nets {
+                self.by_source.insert((source, net), ())?;
+            }
+            self.unindexed_table.remove(key)?;
+            self.unindexed.remove(&source);
+        }
+        Ok(())
     }
 
     /// How many networks `source` lists, as last written.
