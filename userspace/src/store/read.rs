@@ -14,14 +14,14 @@ use super::schema::{
     decode_expiry, decode_net, encode_net, memberships_of, networks_of, MemberKey, MemberValue,
     NetBytes, ALL_SOURCES, COUNTS, SOURCES, UNINDEXED,
 };
-use super::writer::ROWS_PER_LOOKUP;
+use super::writer::one_pass_reads;
 use super::{Entry, InStore, ListKind, Membership, Store, StoreError};
 use crate::time::from_unix_seconds;
 
 impl Store {
     /// Every entry of `list` (only those `source` lists, if given), IPv4
     /// first, in address order. A source that lists few of the list's
-    /// networks ([`ROWS_PER_LOOKUP`]) has them read from the index by
+    /// networks ([`ROWS_PER_LOOKUP`](super::ROWS_PER_LOOKUP)) has them read from the index by
     /// source, each with its memberships; otherwise the list is read in one
     /// ordered pass that keeps the source's entries.
     pub fn entries(&self, list: ListKind, source: Option<&str>) -> Result<Vec<Entry>, StoreError> {
@@ -49,9 +49,7 @@ impl Store {
                     .get((list.code(), id))
                     .in_store(self)?
                     .is_none();
-                if indexed
-                    && count.saturating_mul(ROWS_PER_LOOKUP) < members.len().in_store(self)?
-                {
+                if indexed && !one_pass_reads(count, members.len().in_store(self)?) {
                     let by_source = txn.open_table(list.tables().by_source).in_store(self)?;
                     let mut entries = Vec::new();
                     for row in by_source.range(networks_of(id)).in_store(self)? {

@@ -192,21 +192,11 @@ impl Steps<'_, '_> {
 /// replacement (see `ListWriter::replacement`).
 pub const ROWS_PER_LOOKUP: u64 = 16;
 
-/// Whether a source that lists `share` of a list's `rows` memberships
-/// leaves the index by source: at a [`ROWS_PER_LOOKUP`]th of the list or
-/// more, the reads of its networks take one pass over the list anyway, and
-/// the index would only double the cost of every write of its memberships.
-/// It comes back below half that line, so a source whose share wavers
-/// around the line is not dropped from the index and rebuilt on every
-/// change.
-fn leaves_index(share: u64, rows: u64) -> bool {
-    share.saturating_mul(ROWS_PER_LOOKUP) >= rows
-}
-
-/// Whether a source out of the index by source comes back into it (see
-/// [`leaves_index`]).
-fn rejoins_index(share: u64, rows: u64) -> bool {
-    share.saturating_mul(2 * ROWS_PER_LOOKUP) < rows
+/// Whether `wanted` networks of a list of `rows` memberships are read
+/// faster in one ordered pass over the list than one by one
+/// ([`ROWS_PER_LOOKUP`]).
+pub(super) fn one_pass_reads(wanted: u64, rows: u64) -> bool {
+    wanted.saturating_mul(ROWS_PER_LOOKUP) >= rows
 }
 
 /// Copies of `entries` keyed by their stored form, in order, the first of
@@ -287,7 +277,7 @@ impl<'t> ListWriter<'t> {
     /// Whether `wanted` networks are read faster in one ordered pass over
     /// the list than one by one ([`ROWS_PER_LOOKUP`]).
     pub(super) fn one_pass_for(&self, wanted: u64) -> Result<bool, redb::Error> {
-        Ok(wanted.saturating_mul(ROWS_PER_LOOKUP) >= self.members.len()?)
+        Ok(one_pass_reads(wanted, self.members.len()?))
     }
 
     /// What the list holds of each of `nets` (sorted, distinct) for
@@ -508,22 +498,23 @@ impl<'t> ListWriter<'t> {
     }
 
     /// Before a change that leaves `source` listing `after` networks:
-    /// takes it out of the index by source if it will list so large a
-    /// share of the list that the index no longer pays
-    /// ([`leaves_index`]), or puts it back, from one pass over the
-    /// memberships, if it has shrunk well below that line
-    /// ([`rejoins_index`]).
+    /// takes it out of the index by source if its networks will be read in
+    /// one pass over the list anyway ([`one_pass_reads`]), where the index
+    /// would only double the cost of every write of its memberships; puts
+    /// it back, from one pass over the memberships, once it lists less than
+    /// half that line, so a source whose share wavers around the line is
+    /// not dropped from the index and rebuilt on every change.
     pub(super) fn settle_index(&mut self, source: u32, after: u64) -> Result<(), redb::Error> {
         let rows = (self.members.len()?)
             .saturating_sub(self.count_of(source)?)
             .saturating_add(after);
         let key = (self.list.code(), source);
-        if self.indexed(source) && leaves_index(after, rows) {
+        if self.indexed(source) && one_pass_reads(after, rows) {
             self.by_source
                 .retain_in(networks_of(source), |_, ()| false)?;
             self.unindexed_table.insert(key, ())?;
             self.unindexed.insert(source);
-        } else if !self.indexed(source) && rejoins_index(after, rows) {
+        } else if !self.indexed(source) && !one_pass_reads(after.saturating_mul(2), rows) {
             let mut nets = Vec::new();
             for row in self.members.iter()? {
                 let (&net, member) = row?.0.value();
