@@ -715,6 +715,79 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
 }
 
 /// A state directory holding a copy of the store `tests/data/NAME`.
+/// The /32 at `offset` from 198.18.0.0.
+fn address(offset: u32) -> String {
+    format!("{}/32", Ipv4Addr::from(0xc612_0000 + offset))
+}
+
+#[test]
+fn new_memberships_go_in_between_the_lists_rows_in_order() {
+    // The command line lists every 100th address of the first 4,000 (gaps
+    // that hold long runs of the feed's new memberships) and every other
+    // one of the next 400 (runs of one).
+    let sparse = (0..4_000).step_by(100);
+    let dense = (4_000..4_400).step_by(2);
+    let cli_nets: Vec<String> = sparse.chain(dense).map(address).collect();
+    let cli_refs: Vec<&str> = cli_nets.iter().map(String::as_str).collect();
+    let (dir, store) = store_listing(&cli_refs);
+
+    let feed_nets: Vec<String> = (0..4_400).map(address).collect();
+    let comments: Vec<String> = (0..4_400).map(|n| format!("entry {n}")).collect();
+    let feed: Vec<NewEntry> = feed_nets
+        .iter()
+        .zip(&comments)
+        .map(|(text, comment)| NewEntry {
+            net: net(text),
+            comment: Some(comment),
+            expires: None,
+        })
+        .collect();
+    let mut txn = store.begin().unwrap();
+    let report = txn.add(ListKind::Blocklist, "feed:a", &feed).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(report.joined.len(), cli_nets.len());
+    assert_eq!(report.added.len(), 4_400 - cli_nets.len());
+
+    assert_eq!(listed_by(&store, "feed:a"), feed_nets);
+    assert_eq!(listed_by(&store, "cli"), cli_nets);
+    for (offset, entry) in store
+        .entries(ListKind::Blocklist, None)
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let feeds = entry.sources.iter().find(|held| held.source == "feed:a");
+        assert_eq!(
+            feeds.and_then(|held| held.comment.as_deref()),
+            Some(comments[offset].as_str()),
+            "{}",
+            entry.net
+        );
+    }
+    assert_eq!(
+        store.source_counts(ListKind::Blocklist).unwrap(),
+        [
+            ("cli".to_owned(), cli_nets.len() as u64),
+            ("feed:a".to_owned(), 4_400)
+        ]
+    );
+    assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 4_400);
+
+    // A replace that drops the first half and lists 2,000 more past the
+    // end: its new memberships follow the list's last row.
+    let next: Vec<String> = (2_200..6_400).map(address).collect();
+    let refs: Vec<&str> = next.iter().map(String::as_str).collect();
+    let report = replaced(&store, "feed:a", cli(&refs));
+    assert_eq!(report.added.len(), 2_000);
+    assert_eq!(listed_by(&store, "feed:a"), next);
+    assert_eq!(
+        store.entry_count(ListKind::Blocklist).unwrap(),
+        6_400 - 2_200 + 22
+    );
+    drop(store);
+    assert_eq!(raw_schema(dir.path()), (6, true));
+}
+
 fn fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))

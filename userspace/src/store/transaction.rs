@@ -88,10 +88,13 @@ impl StoreTransaction<'_> {
                 .count();
             let after = writer.count_of(source)? + joining as u64;
             writer.settle_index(source, after)?;
-            for ((net, entry), held) in entries.iter().zip(held) {
-                writer.join(source, *net, held, entry.comment, entry.expires)?;
-            }
-            Ok(())
+            writer.join_all(
+                source,
+                entries
+                    .iter()
+                    .zip(held)
+                    .map(|((net, entry), held)| (*net, held, entry.comment, entry.expires)),
+            )
         };
         self.read_then_write(list, read, write, beside)
     }
@@ -171,10 +174,7 @@ impl StoreTransaction<'_> {
         };
         let write = |writer: &mut ListWriter<'_>, steps: Steps<'_, '_>| {
             writer.settle_index(source, entries.len() as u64)?;
-            for step in steps.steps {
-                writer.take_step(source, step)?;
-            }
-            Ok(())
+            writer.take_steps(source, steps.steps)
         };
         self.read_then_write(list, read, write, beside)
     }

@@ -11,6 +11,7 @@ use super::{ListKind, NewEntry, ReplaceReport, StoreError};
 use ipnet::IpNet;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
 use std::time::SystemTime;
 
 /// Source names and their ids, as in the `sources` table.
@@ -121,6 +122,15 @@ pub(super) struct Step<'e, 'a> {
     held: Held,
 }
 
+/// A membership a change adds: its row is written after the change's
+/// other moves ([`ListWriter::insert_new`]).
+struct NewMembership<'c> {
+    net: NetBytes,
+    comment: Option<&'c str>,
+    /// As stored ([`encode_expiry`]).
+    expires: u64,
+}
+
 /// The steps of a replacement, and the entries it keeps unchanged.
 #[derive(Default)]
 pub(super) struct Steps<'e, 'a> {
@@ -198,6 +208,11 @@ pub const ROWS_PER_LOOKUP: u64 = 16;
 pub(super) fn one_pass_reads(wanted: u64, rows: u64) -> bool {
     wanted.saturating_mul(ROWS_PER_LOOKUP) >= rows
 }
+
+/// The shortest run of new memberships between two rows of a list that
+/// [`ListWriter::insert_new`] writes through a cursor before it inserts
+/// the rest one by one.
+const CURSOR_RUN: usize = 64;
 
 /// Copies of `entries` keyed by their stored form, in order, the first of
 /// any repeats kept (ordered writes touch each page of a table once), and
@@ -357,19 +372,36 @@ impl<'t> ListWriter<'t> {
         Ok(steps)
     }
 
+    /// Source `source` joins each network of `joins` (sorted, distinct),
+    /// of which the list holds what each says, with its comment and expiry
+    /// ([`join`](Self::join)).
+    pub(super) fn join_all<'c>(
+        &mut self,
+        source: u32,
+        joins: impl IntoIterator<Item = (NetBytes, Held, Option<&'c str>, Option<SystemTime>)>,
+    ) -> Result<(), redb::Error> {
+        let mut new = Vec::new();
+        for (net, held, comment, expires) in joins {
+            self.join(source, net, held, comment, expires, &mut new)?;
+        }
+        self.insert_new(source, &new)
+    }
+
     /// Source `source`, whose hold on `net` is `held`, lists it with
     /// `comment` until `expires`; a membership it had keeps its time added
     /// (and its comment, unless `comment` replaces it). A renewal that
     /// changes nothing writes nothing, so a refresh that keeps most of a
-    /// list costs only the reads.
-    pub(super) fn join(
+    /// list costs only the reads. A new membership's row is left in `new`,
+    /// for [`insert_new`](Self::insert_new) to write with the others.
+    fn join<'c>(
         &mut self,
         source: u32,
         net: NetBytes,
         held: Held,
-        comment: Option<&str>,
+        comment: Option<&'c str>,
         expires: Option<SystemTime>,
-    ) -> Result<Moved, redb::Error> {
+        new: &mut Vec<NewMembership<'c>>,
+    ) -> Result<(), redb::Error> {
         let expires = encode_expiry(expires);
         let moved = held.joined();
         if let Some(own) = held.own {
@@ -386,10 +418,13 @@ impl<'t> ListWriter<'t> {
                     self.expiry.insert((expires, source, &net), ())?;
                 }
             }
-            return Ok(moved);
+            return Ok(());
         }
-        self.members
-            .insert((&net, source), (comment, self.now, expires))?;
+        new.push(NewMembership {
+            net,
+            comment,
+            expires,
+        });
         if self.indexed(source) {
             self.by_source.insert((source, &net), ())?;
         }
@@ -400,7 +435,47 @@ impl<'t> ListWriter<'t> {
         if let Moved::List = moved {
             *self.deltas.entry(ALL_SOURCES).or_default() += 1;
         }
-        Ok(moved)
+        Ok(())
+    }
+
+    /// Writes `source`'s new memberships `new` (sorted by network; the list
+    /// has none of them). A run of them that falls between two adjacent
+    /// rows of the list goes in through a cursor, which fills pages in
+    /// order with no search of the tree per row: on an empty list, or past
+    /// its last row, all of them at once, about 3.5 times faster than one
+    /// insert each. Once a run is shorter than [`CURSOR_RUN`], the list's
+    /// rows interleave with the new ones, and the rest are inserted one by
+    /// one: moving a cursor past a row writes out its pending run, which
+    /// costs more than a short run saves.
+    fn insert_new(&mut self, source: u32, new: &[NewMembership<'_>]) -> Result<(), redb::Error> {
+        let mut rest = new;
+        while let Some(first) = rest.first() {
+            let mut cursor = self
+                .members
+                .lower_bound_mut(Bound::Included((&first.net, source)))?;
+            let next_row = cursor.peek_next()?.map(|(key, _)| {
+                let (&net, member) = key.value();
+                (net, member)
+            });
+            let run = rest
+                .iter()
+                .take_while(|row| next_row.is_none_or(|next| (row.net, source) < next))
+                .count();
+            let (run_rows, after) = rest.split_at(run);
+            for row in run_rows {
+                cursor.insert_before((&row.net, source), (row.comment, self.now, row.expires))?;
+            }
+            cursor.close()?;
+            rest = after;
+            if run < CURSOR_RUN {
+                break;
+            }
+        }
+        for row in rest {
+            self.members
+                .insert((&row.net, source), (row.comment, self.now, row.expires))?;
+        }
+        Ok(())
     }
 
     /// Source `source` no longer lists `net`.
@@ -412,21 +487,27 @@ impl<'t> ListWriter<'t> {
         Ok(self.count_leave(others))
     }
 
-    /// Takes one step of a replacement for `source`: lists its entry, or
-    /// leaves its network (which the source lists).
-    pub(super) fn take_step(&mut self, source: u32, step: Step<'_, '_>) -> Result<(), redb::Error> {
-        let Step { net, entry, held } = step;
-        match entry {
-            Some(entry) => {
-                self.join(source, net, held, entry.comment, entry.expires)?;
-            }
-            None => {
-                if self.drop_membership(source, net)? {
-                    self.count_leave(held.others);
+    /// Takes the steps of a replacement for `source`, in order: lists each
+    /// step's entry, or leaves its network (which the source lists).
+    pub(super) fn take_steps(
+        &mut self,
+        source: u32,
+        steps: Vec<Step<'_, '_>>,
+    ) -> Result<(), redb::Error> {
+        let mut new = Vec::new();
+        for Step { net, entry, held } in steps {
+            match entry {
+                Some(entry) => {
+                    self.join(source, net, held, entry.comment, entry.expires, &mut new)?;
+                }
+                None => {
+                    if self.drop_membership(source, net)? {
+                        self.count_leave(held.others);
+                    }
                 }
             }
         }
-        Ok(())
+        self.insert_new(source, &new)
     }
 
     /// Removes `source`'s membership of `net` from every table; whether it
