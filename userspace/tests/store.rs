@@ -721,7 +721,7 @@ fn address(offset: u32) -> String {
 }
 
 #[test]
-fn new_memberships_go_in_between_the_lists_rows_in_order() {
+fn many_memberships_go_in_between_the_lists_rows_and_leave_in_one_pass() {
     // The command line lists every 100th address of the first 4,000 (gaps
     // that hold long runs of the feed's new memberships) and every other
     // one of the next 400 (runs of one).
@@ -773,8 +773,9 @@ fn new_memberships_go_in_between_the_lists_rows_in_order() {
     );
     assert_eq!(store.entry_count(ListKind::Blocklist).unwrap(), 4_400);
 
-    // A replace that drops the first half and lists 2,000 more past the
-    // end: its new memberships follow the list's last row.
+    // A replace that drops the first half (many drops: one pass over the
+    // rows they lie between) and lists 2,000 more past the end (its new
+    // memberships follow the list's last row).
     let next: Vec<String> = (2_200..6_400).map(address).collect();
     let refs: Vec<&str> = next.iter().map(String::as_str).collect();
     let report = replaced(&store, "feed:a", cli(&refs));

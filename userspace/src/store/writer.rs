@@ -487,36 +487,63 @@ impl<'t> ListWriter<'t> {
         Ok(self.count_leave(others))
     }
 
-    /// Takes the steps of a replacement for `source`, in order: lists each
-    /// step's entry, or leaves its network (which the source lists).
+    /// Takes the steps of a replacement for `source`: lists each step's
+    /// entry, or leaves its network (which the source lists).
     pub(super) fn take_steps(
         &mut self,
         source: u32,
         steps: Vec<Step<'_, '_>>,
     ) -> Result<(), redb::Error> {
         let mut new = Vec::new();
+        let mut dropped = Vec::new();
         for Step { net, entry, held } in steps {
             match entry {
                 Some(entry) => {
                     self.join(source, net, held, entry.comment, entry.expires, &mut new)?;
                 }
-                None => {
-                    if self.drop_membership(source, net)? {
-                        self.count_leave(held.others);
-                    }
-                }
+                None => dropped.push((net, held)),
             }
         }
+        self.drop_all(source, &dropped)?;
         self.insert_new(source, &new)
+    }
+
+    /// Removes `source`'s memberships of the networks of `dropped` (sorted,
+    /// distinct; the source lists each as its [`Held`] says) from every
+    /// table. Many of them leave in one pass over the memberships between
+    /// the first and the last, which rewrites each page once (redb's
+    /// `retain_in`: a replace dropping half of 10^6 rows about 3 to 4 times
+    /// faster than a delete each); a few, a delete each
+    /// ([`one_pass_reads`]).
+    fn drop_all(&mut self, source: u32, dropped: &[(NetBytes, Held)]) -> Result<(), redb::Error> {
+        let (Some((first, _)), Some((last, _))) = (dropped.first(), dropped.last()) else {
+            return Ok(());
+        };
+        if !self.one_pass_for(dropped.len() as u64)? {
+            for (net, held) in dropped {
+                if self.drop_membership(source, *net)? {
+                    self.count_leave(held.others);
+                }
+            }
+            return Ok(());
+        }
+        let mut next = dropped.iter().map(|(net, _)| net).peekable();
+        self.members
+            .retain_in((first, source)..=(last, source), |(net, member), _| {
+                while next.next_if(|wanted| *wanted < net).is_some() {}
+                !(member == source && next.peek() == Some(&net))
+            })?;
+        for (net, held) in dropped {
+            let expires = held.own.as_ref().map_or(0, |own| own.expires);
+            self.forget_membership(source, *net, expires)?;
+            self.count_leave(held.others);
+        }
+        Ok(())
     }
 
     /// Removes `source`'s membership of `net` from every table; whether it
     /// had one.
-    pub(super) fn drop_membership(
-        &mut self,
-        source: u32,
-        net: NetBytes,
-    ) -> Result<bool, redb::Error> {
+    fn drop_membership(&mut self, source: u32, net: NetBytes) -> Result<bool, redb::Error> {
         let Some(expires) = self
             .members
             .remove((&net, source))?
@@ -524,6 +551,19 @@ impl<'t> ListWriter<'t> {
         else {
             return Ok(false);
         };
+        self.forget_membership(source, net, expires)?;
+        Ok(true)
+    }
+
+    /// Removes what the tables beside the memberships hold of `source`'s
+    /// membership of `net`, which expires at `expires` (as stored), and
+    /// counts it gone: its row in `members` is gone already.
+    fn forget_membership(
+        &mut self,
+        source: u32,
+        net: NetBytes,
+        expires: u64,
+    ) -> Result<(), redb::Error> {
         if self.indexed(source) {
             self.by_source.remove((source, &net))?;
         }
@@ -531,7 +571,7 @@ impl<'t> ListWriter<'t> {
             self.expiry.remove((expires, source, &net))?;
         }
         *self.deltas.entry(source).or_default() -= 1;
-        Ok(true)
+        Ok(())
     }
 
     /// Counts a membership gone: the list loses the network unless
