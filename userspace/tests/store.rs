@@ -714,7 +714,6 @@ fn a_schema_1_store_is_migrated_with_its_sources() {
     assert_eq!(raw_schema(dir.path()), (6, true));
 }
 
-/// A state directory holding a copy of the store `tests/data/NAME`.
 /// The /32 at `offset` from 198.18.0.0.
 fn address(offset: u32) -> String {
     format!("{}/32", Ipv4Addr::from(0xc612_0000 + offset))
@@ -733,13 +732,17 @@ fn many_memberships_go_in_between_the_lists_rows_and_leave_in_one_pass() {
 
     let feed_nets: Vec<String> = (0..4_400).map(address).collect();
     let comments: Vec<String> = (0..4_400).map(|n| format!("entry {n}")).collect();
+    // Every other entry expires (in a day), so its drop has an expiry row to
+    // remove too.
+    let tomorrow = std::time::SystemTime::now() + Duration::from_secs(86_400);
     let feed: Vec<NewEntry> = feed_nets
         .iter()
         .zip(&comments)
-        .map(|(text, comment)| NewEntry {
+        .enumerate()
+        .map(|(offset, (text, comment))| NewEntry {
             net: net(text),
             comment: Some(comment),
-            expires: None,
+            expires: offset.is_multiple_of(2).then_some(tomorrow),
         })
         .collect();
     let mut txn = store.begin().unwrap();
@@ -781,6 +784,8 @@ fn many_memberships_go_in_between_the_lists_rows_and_leave_in_one_pass() {
     let report = replaced(&store, "feed:a", cli(&refs));
     assert_eq!(report.added.len(), 2_000);
     assert_eq!(listed_by(&store, "feed:a"), next);
+    // Dropped and renewed without one, no membership expires any more.
+    assert_eq!(store.next_expiry().unwrap(), None);
     assert_eq!(
         store.entry_count(ListKind::Blocklist).unwrap(),
         6_400 - 2_200 + 22
@@ -789,6 +794,7 @@ fn many_memberships_go_in_between_the_lists_rows_and_leave_in_one_pass() {
     assert_eq!(raw_schema(dir.path()), (6, true));
 }
 
+/// A state directory holding a copy of the store `tests/data/NAME`.
 fn fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -131,6 +131,13 @@ struct NewMembership<'c> {
     expires: u64,
 }
 
+impl<'c> NewMembership<'c> {
+    /// Its row's value in `members`, added at `added` (Unix seconds).
+    fn value(&self, added: u64) -> (Option<&'c str>, u64, u64) {
+        (self.comment, added, self.expires)
+    }
+}
+
 /// The steps of a replacement, and the entries it keeps unchanged.
 #[derive(Default)]
 pub(super) struct Steps<'e, 'a> {
@@ -463,7 +470,7 @@ impl<'t> ListWriter<'t> {
                 .count();
             let (run_rows, after) = rest.split_at(run);
             for row in run_rows {
-                cursor.insert_before((&row.net, source), (row.comment, self.now, row.expires))?;
+                cursor.insert_before((&row.net, source), row.value(self.now))?;
             }
             cursor.close()?;
             rest = after;
@@ -473,7 +480,7 @@ impl<'t> ListWriter<'t> {
         }
         for row in rest {
             self.members
-                .insert((&row.net, source), (row.comment, self.now, row.expires))?;
+                .insert((&row.net, source), row.value(self.now))?;
         }
         Ok(())
     }
