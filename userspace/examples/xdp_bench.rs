@@ -570,7 +570,7 @@ fn bench_filter(
 ) -> BenchResult<[Row; 3]> {
     let keys = plan.key_count();
     // Sized as `cfctl attach` sizes a filter without `--capacity`.
-    let capacity = usize::try_from(auto_capacity(keys))?;
+    let capacity = usize::try_from(auto_capacity(keys, FilterShape::Fingerprint16))?;
     let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
         .ok_or("filter too large")?;
     let mut blocklist = FilterProgram::load(&options)?;
@@ -1046,7 +1046,7 @@ fn bench_ipv6_prefilter() -> BenchResult<()> {
         frames: sources.iter().copied().map(frame_v6).collect(),
     };
     let floor = diverse_floor(&traffic)?;
-    let capacity = usize::try_from(auto_capacity(plan.key_count()))?;
+    let capacity = usize::try_from(auto_capacity(plan.key_count(), FilterShape::Fingerprint16))?;
     let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
         .ok_or("filter too large")?;
     let mut blocklist = FilterProgram::load(&options)?;
@@ -1171,7 +1171,7 @@ fn bench_sampling() -> BenchResult<()> {
     let mut rng = StdRng::seed_from_u64(0x0b0e_5eed);
     let link = TrafficLink::new()?;
     let traffic = DiverseTraffic::draw(&link, &dataset, &plan, &mut rng)?;
-    let capacity = usize::try_from(auto_capacity(plan.key_count()))?;
+    let capacity = usize::try_from(auto_capacity(plan.key_count(), FilterShape::Fingerprint16))?;
     let options = LoadOptions::for_capacity(FilterShape::Fingerprint16, capacity)
         .ok_or("filter too large")?;
     let mut blocklist = FilterProgram::load(&options)?;

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cfctl::control::sizing::{auto_capacity, MIN_AUTO_CAPACITY};
 use cfctl::xdp::test_run::XdpAction;
+use cfctl::FilterShape;
 use common::cli::Cfctl;
 use common::feed_server::{Answer, FeedServer};
 use common::netns::TestNetwork;
@@ -74,9 +75,14 @@ fn a_filter_attached_without_a_capacity_grows_and_shrinks_with_the_list() {
         let report = cfctl.json(&["import", list]);
         assert_eq!(report["added"], entries, "{report}");
         let grown = report["resized"]["to"].as_u64().unwrap_or_default();
-        assert!(grown >= 2 * u64::from(entries), "{report}");
+        let shape = FilterShape::Fingerprint16;
+        assert_eq!(grown, auto_capacity(entries as usize, shape), "{report}");
         let status = cfctl.json(&["status"]);
         assert_eq!(status["capacity"], grown);
+        // Sized for the list at most half full, and no larger than the
+        // table `--capacity` gives for the same keys.
+        let load = status["filter"]["load_factor"].as_f64().unwrap_or_default();
+        assert!((0.25..=0.5).contains(&load), "{status}");
         let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("needs at least"), "{status}");
         cfctl.ok(&["verify"]);
@@ -161,7 +167,7 @@ fn a_feed_three_times_the_first_size_applies_in_one_pass() {
     // One growth, ahead of the refresh, for what it brought.
     assert_eq!(
         status["capacity"],
-        auto_capacity(entries as usize),
+        auto_capacity(entries as usize, FilterShape::Fingerprint16),
         "{status}"
     );
     let reason = status["last_resize"]["reason"].as_str().unwrap_or_default();

@@ -29,7 +29,7 @@ pub(super) fn choose_capacity(settings: &mut FilterSettings, choice: CapacityCho
         }
         CapacityChoice::Auto => {
             settings.sizing = Sizing::Auto;
-            settings.capacity = auto_capacity(keys);
+            settings.capacity = auto_capacity(keys, settings.shape);
         }
     }
 }
@@ -118,8 +118,12 @@ impl Control {
             thousands(distinct as u64),
             thousands(at_least as u64)
         );
-        self.resize_to(auto_capacity(at_least), Sizing::Auto, &reason)
-            .map(Some)
+        self.resize_to(
+            auto_capacity(at_least, settings.shape),
+            Sizing::Auto,
+            &reason,
+        )
+        .map(Some)
     }
 
     /// Grows a filter that sizes itself so that `wanted` keys fit, before
@@ -129,7 +133,8 @@ impl Control {
             "a change needed {} keys, more than the filter held",
             thousands(wanted as u64)
         );
-        self.resize_to(auto_capacity(wanted), Sizing::Auto, &reason)
+        let shape = self.settings()?.shape;
+        self.resize_to(auto_capacity(wanted, shape), Sizing::Auto, &reason)
     }
 
     /// `cfctl resize`: the filter rebuilt for `choice` (a fixed capacity,
@@ -137,9 +142,13 @@ impl Control {
     pub fn resize(&mut self, choice: CapacityChoice) -> Result<TableSummary> {
         let (capacity, sizing) = match choice {
             CapacityChoice::Auto => {
-                let limits = self.settings()?.plan_limits;
-                let plan = KeyPlan::build(self.store.nets(ListKind::Blocklist)?, limits)?;
-                (auto_capacity(plan.key_count()), Sizing::Auto)
+                let settings = self.settings()?;
+                let nets = self.store.nets(ListKind::Blocklist)?;
+                let plan = KeyPlan::build(nets, settings.plan_limits)?;
+                (
+                    auto_capacity(plan.key_count(), settings.shape),
+                    Sizing::Auto,
+                )
             }
             CapacityChoice::Keys(capacity) => (capacity, Sizing::Fixed),
         };

@@ -27,6 +27,7 @@
 //! times over); there a change is refused whole too, and nothing listed is
 //! lost. The firmware's filter keeps the static size it is compiled with.
 
+use filter_core::sizing::achievable_load;
 use serde::{Deserialize, Serialize};
 
 use crate::FilterShape;
@@ -92,11 +93,21 @@ pub struct Resized {
     pub reason: String,
 }
 
-/// The capacity a filter that sizes itself takes for `keys` keys: enough
-/// for them at [`TARGET_LOAD`], at least [`MIN_AUTO_CAPACITY`].
-pub fn auto_capacity(keys: usize) -> u64 {
-    let wanted = (keys as f64 / TARGET_LOAD).ceil() as u64;
-    wanted.max(MIN_AUTO_CAPACITY)
+/// The capacity a filter of `shape` that sizes itself takes for `keys`
+/// keys: that of the smallest table in which they are at most
+/// [`TARGET_LOAD`] of the slots, at least [`MIN_AUTO_CAPACITY`]. A
+/// capacity counts the keys a table holds at the load its inserts reach
+/// (`filter_core::sizing::achievable_load`, 95% for 4-slot buckets), so
+/// this is the most keys `filter_core::sizing::cuckoo_buckets` sizes that
+/// table for, and the table is the one `--capacity` gives for as many keys
+/// as the slots, not twice it.
+pub fn auto_capacity(keys: usize, shape: FilterShape) -> u64 {
+    let slots = shape.slots() as u64;
+    let wanted_slots = (keys as f64 / TARGET_LOAD).ceil() as u64;
+    let buckets = wanted_slots.div_ceil(slots).next_power_of_two();
+    let table_slots = buckets.saturating_mul(slots) as f64;
+    let capacity = (table_slots * achievable_load(shape.slots())).floor() as u64;
+    capacity.max(MIN_AUTO_CAPACITY)
 }
 
 /// Buckets and slots of the table sized for `capacity` keys of `shape`.
@@ -117,7 +128,7 @@ pub fn load(keys: usize, capacity: u64, shape: FilterShape) -> f64 {
 /// between the watermarks.
 pub fn new_capacity(keys: usize, capacity: u64, shape: FilterShape) -> Option<(u64, String)> {
     let load = load(keys, capacity, shape);
-    let wanted = auto_capacity(keys);
+    let wanted = auto_capacity(keys, shape);
     let percent = |share: f64| share * 100.0;
     if load > HIGH_WATERMARK {
         let reason = format!(
@@ -175,6 +186,56 @@ mod tests {
                 .collect();
             let (count, _) = resizes(start, shape, &keys);
             prop_assert!(count <= 1, "{count} resizes");
+        }
+    }
+
+    /// A filter of `shape` that sizes itself for `keys` is at most half
+    /// full, and more than a quarter (above the smallest size); its table
+    /// is the one `--capacity` gives for the same keys when they would
+    /// fill that one at most half, else twice it.
+    fn assert_sized_for(keys: usize, shape: FilterShape) {
+        let capacity = auto_capacity(keys, shape);
+        let (buckets, _) = table_of(capacity, shape).expect("a table");
+        let loaded = load(keys, capacity, shape);
+        assert!(loaded <= TARGET_LOAD, "{keys} keys: load {loaded}");
+        let smallest = capacity == MIN_AUTO_CAPACITY;
+        assert!(
+            loaded > TARGET_LOAD / 2.0 || smallest,
+            "{keys} keys: load {loaded}"
+        );
+        let (fixed, fixed_slots) = table_of(keys as u64, shape).expect("a table");
+        if keys as f64 <= fixed_slots as f64 * TARGET_LOAD {
+            assert!(
+                buckets == fixed || smallest,
+                "{keys} keys: {buckets} buckets"
+            );
+        } else {
+            assert!(
+                buckets == 2 * fixed || smallest,
+                "{keys} keys: {buckets} buckets"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn an_automatic_table_is_at_most_half_full_and_no_larger_than_it_must(
+            keys in 1usize..100_000_000,
+            shape in proptest::sample::select(FilterShape::ALL.to_vec()),
+        ) {
+            assert_sized_for(keys, shape);
+        }
+    }
+
+    /// Where a power of two of keys meets a power-of-two table.
+    #[test]
+    fn an_automatic_table_is_sized_right_at_every_power_of_two() {
+        for shape in FilterShape::ALL {
+            for power in 10..30 {
+                for keys in [(1 << power) - 1, 1 << power, (1 << power) + 1] {
+                    assert_sized_for(keys, shape);
+                }
+            }
         }
     }
 
