@@ -2,9 +2,14 @@
 //!
 //! A fingerprint is an unsigned integer of 8, 16 or 32 bits whose value 0
 //! marks an empty slot, so a fingerprint derived from a hash is always in
-//! `1..=2^BITS - 1`, uniformly (multiply-shift range reduction, no bias
-//! towards any value). In memory and in snapshots a fingerprint is stored
-//! little-endian in `BITS / 8` bytes.
+//! `1..=2^BITS - 1`: the low `BITS` of the 32 hash bits, with 0 taken as 1,
+//! as the reference implementation takes it. 1 is then twice as likely as
+//! any other value, which raises the false-positive rate by a `2^BITS`-th
+//! of itself; in return the fingerprint costs two instructions ahead of the
+//! alternate bucket's load, where a multiply-shift onto the nonzero values
+//! cost four and the top bits one more (lookups of integer keys 7% faster
+//! than with the top bits, `BENCHMARKS-filter-core.md`). In memory and in
+//! snapshots a fingerprint is stored little-endian in `BITS / 8` bytes.
 
 mod sealed {
     pub trait Sealed {}
@@ -23,7 +28,7 @@ pub trait Fingerprint: Copy + Eq + core::fmt::Debug + sealed::Sealed + 'static {
     /// The reserved value of an empty slot.
     const EMPTY: Self;
 
-    /// Maps 32 hash bits uniformly onto `1..=2^BITS - 1` (never `EMPTY`).
+    /// The low `BITS` of 32 hash bits, 0 taken as 1 (never `EMPTY`).
     fn from_hash(bits: u32) -> Self;
     /// The value widened to `u32`.
     fn to_u32(self) -> u32;
@@ -42,8 +47,8 @@ macro_rules! impl_fingerprint {
 
             #[inline(always)]
             fn from_hash(bits: u32) -> Self {
-                let nonzero_values = u64::from(<$ty>::MAX);
-                (((u64::from(bits) * nonzero_values) >> 32) + 1) as $ty
+                let low = bits as $ty;
+                low + <$ty>::from(low == 0)
             }
 
             #[inline(always)]

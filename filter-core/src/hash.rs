@@ -10,12 +10,23 @@
 //!   the eBPF verifier must see a bounded, branch-light program.
 //!
 //! The construction is a multiply-rotate absorb per 64-bit little-endian word
-//! and the MurmurHash3 64-bit finalizer. It is fast and well distributed, so
-//! the measured false-positive rates match theory; it is not a cryptographic
-//! PRF, so the seed makes collisions unpredictable to a casual sender but is
-//! no defence against an attacker who can query the filter adaptively.
-//! Integers are absorbed little-endian on every target, so a hash (and so a
-//! snapshot) means the same thing on x86, Cortex-M and BPF.
+//! and the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
+//! integer key) takes a shorter path instead: two 64x64 -> 128-bit folded
+//! multiplies of the word, its halves swapped and the seed, as wyhash
+//! finishes a short input, where the long path would take three dependent
+//! 64-bit multiplies; a lookup's bucket loads wait on the hash, so this is
+//! what a lookup of an integer key gains (`BENCHMARKS-filter-core.md`).
+//! Longer inputs, network keys among them, keep the long path, which the
+//! XDP program computes without a 128-bit product.
+//!
+//! Both are fast and well distributed, so the measured false-positive rates
+//! match theory; neither is a cryptographic PRF, so the seed makes
+//! collisions unpredictable to a casual sender but is no defence against an
+//! attacker who can query the filter adaptively. Integers are absorbed
+//! little-endian on every target, so a hash (and so a snapshot) means the
+//! same thing on x86, Cortex-M and BPF; Rust's `u128` gives the short path's
+//! product exactly on every target (one instruction on x86-64, a routine
+//! over 32-bit halves on Cortex-M).
 
 /// The 64-bit hash of an item under a filter's seed.
 ///
@@ -84,12 +95,36 @@ pub const fn hash_words(seed: u64, words: &[u64; 3]) -> KeyHash {
     KeyHash(fmix64(state ^ 24))
 }
 
+/// The 64x64 -> 128-bit product of `a` and `b`, its low half XOR its high half.
+#[inline(always)]
+const fn folded_multiply(a: u64, b: u64) -> u64 {
+    let product = (a as u128) * (b as u128);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// Odd 64-bit constants with about half their bits set (wyhash's secrets).
+const SHORT_MUL: u64 = 0xa076_1d64_78bd_642f;
+const SHORT_FOLD: u64 = 0xe703_7ed1_a0b4_28db;
+
+/// Hashes an input of at most 8 bytes: `word` is its bytes little-endian,
+/// `len` their count, `state` the hasher's initial state (the seed mixed).
+/// The first product multiplies the word by itself with its halves
+/// swapped, so every input bit reaches the high half; the second spreads
+/// that over all 64 output bits under the seed again.
+#[inline(always)]
+const fn hash_short(state: u64, word: u64, len: u64) -> KeyHash {
+    let mixed = folded_multiply(word ^ state, word.rotate_left(32) ^ SHORT_MUL);
+    KeyHash(folded_multiply(mixed ^ SHORT_FOLD ^ len, state ^ SHORT_MUL))
+}
+
 /// A seeded streaming hasher for any `core::hash::Hash` item.
 ///
 /// Bytes are gathered into little-endian 64-bit words; `write_u16`/`u32`/`u64`
 /// and friends are absorbed little-endian on every target, so results do not
 /// depend on the machine (beyond what an item's own `Hash` impl writes:
 /// `usize` is as wide as the target's pointer, so prefer fixed-width keys).
+/// The last word is absorbed only when more bytes follow or at the end, so
+/// an input of at most 8 bytes takes the short path.
 #[derive(Clone, Debug)]
 pub struct KeyedHasher {
     state: u64,
@@ -118,6 +153,9 @@ impl KeyedHasher {
 
     /// The hash of everything written so far.
     pub const fn key_hash(&self) -> KeyHash {
+        if self.total_len <= 8 {
+            return hash_short(self.state, self.tail, self.total_len);
+        }
         let state = if self.tail_len > 0 {
             absorb(self.state, self.tail)
         } else {
@@ -126,15 +164,21 @@ impl KeyedHasher {
         KeyHash(fmix64(state ^ self.total_len))
     }
 
+    /// Absorbs a full tail before more bytes arrive.
     #[inline(always)]
-    fn push_byte(&mut self, byte: u8) {
-        self.tail |= u64::from(byte) << (8 * self.tail_len);
-        self.tail_len += 1;
+    fn make_room(&mut self) {
         if self.tail_len == 8 {
             self.state = absorb(self.state, self.tail);
             self.tail = 0;
             self.tail_len = 0;
         }
+    }
+
+    #[inline(always)]
+    fn push_byte(&mut self, byte: u8) {
+        self.make_room();
+        self.tail |= u64::from(byte) << (8 * self.tail_len);
+        self.tail_len += 1;
     }
 }
 
@@ -146,14 +190,20 @@ impl core::hash::Hasher for KeyedHasher {
     fn write(&mut self, bytes: &[u8]) {
         self.total_len = self.total_len.wrapping_add(bytes.len() as u64);
         let mut rest = bytes;
-        if self.tail_len == 0 {
-            let mut words = rest.chunks_exact(8);
-            for word in &mut words {
+        if matches!(self.tail_len, 0 | 8) && !rest.is_empty() {
+            self.make_room();
+            // Every whole word but the last one of `bytes` (kept as the
+            // tail) is absorbed at once.
+            let keep = (rest.len() - 1) % 8 + 1;
+            let (words, last) = rest
+                .split_at_checked(rest.len() - keep)
+                .unwrap_or((&[], rest));
+            for word in words.chunks_exact(8) {
                 let mut le = [0u8; 8];
                 le.copy_from_slice(word);
                 self.state = absorb(self.state, u64::from_le_bytes(le));
             }
-            rest = words.remainder();
+            rest = last;
         }
         for &byte in rest {
             self.push_byte(byte);
@@ -174,9 +224,11 @@ impl core::hash::Hasher for KeyedHasher {
 
     #[inline]
     fn write_u64(&mut self, i: u64) {
-        if self.tail_len == 0 {
+        if matches!(self.tail_len, 0 | 8) {
+            self.make_room();
             self.total_len = self.total_len.wrapping_add(8);
-            self.state = absorb(self.state, i);
+            self.tail = i;
+            self.tail_len = 8;
         } else {
             self.write(&i.to_le_bytes());
         }

@@ -1,7 +1,7 @@
 //! Where a key lives in a cuckoo table, and the storage abstraction the
 //! filter's code runs on.
 //!
-//! # Bucket layout (stable, version 2)
+//! # Bucket layout (stable, version 3)
 //!
 //! A table is `B` buckets (`B` a power of two, at most 2^32), each of `S`
 //! slots (`S` in 1, 2, 4, 8), each slot one fingerprint of `F::BYTES` bytes,
@@ -14,7 +14,8 @@
 //! # Addressing (partial-key cuckoo hashing)
 //!
 //! For a [`KeyHash`] `h` and `mask = B - 1`:
-//! * fingerprint `f = F::from_hash(h.low())`;
+//! * fingerprint `f = F::from_hash(h.low())`: the low `F::BITS` bits of
+//!   `h`, 0 taken as 1;
 //! * primary bucket `i1 = h.high() & mask`;
 //! * alternate bucket `i2 = i1 ^ ((f * 0x5bd1_e995 mod 2^32) & mask)`.
 //!
@@ -23,16 +24,20 @@
 //! multiplier (odd, so the low bits of `f` map one to one onto the low bits
 //! of the offset) is the reference implementation's; one multiply instead
 //! of a full 32-bit finalizer shortens the path from a key to its second
-//! load, which every lookup, insert and XDP probe waits on. Version 1 of
-//! this layout used `fmix32(f)`: tables and snapshots of the two versions
-//! are not interchangeable.
+//! load, which every lookup, insert and XDP probe waits on.
+//!
+//! Earlier versions placed keys differently, so their tables and snapshots
+//! are refused: version 1 spread the alternate with `fmix32(f)`; version 2
+//! mapped the 32 bits onto the nonzero fingerprints by a multiply-shift,
+//! and hashed inputs of at most 8 bytes (integer keys) as longer ones are
+//! (see [`crate::hash`]).
 
 use crate::fingerprint::Fingerprint;
 use crate::hash::KeyHash;
 use crate::swar::slot_matches;
 
 /// The layout version: bucket bytes and addressing as documented above.
-pub const LAYOUT_VERSION: u16 = 2;
+pub const LAYOUT_VERSION: u16 = 3;
 
 /// Spreads a fingerprint over the table for its alternate bucket.
 const ALTERNATE_MULTIPLIER: u32 = 0x5bd1_e995;

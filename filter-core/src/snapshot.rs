@@ -1,11 +1,11 @@
 //! Snapshots: a cuckoo filter as bytes, for files, flash and serial links.
 //!
-//! # Format (version 2, all integers little-endian)
+//! # Format (version 3, all integers little-endian)
 //!
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
 //! | 0      | 4    | magic `b"CFLT"`                                     |
-//! | 4      | 2    | format version, 2 (the layout version)              |
+//! | 4      | 2    | format version, 3 (the layout version)              |
 //! | 6      | 1    | filter kind, 1 = cuckoo                             |
 //! | 7      | 1    | fingerprint bits (8, 16, 32)                        |
 //! | 8      | 1    | slots per bucket (1, 2, 4, 8)                       |
@@ -35,8 +35,8 @@ use crate::layout::BucketStorage;
 /// First four bytes of every snapshot.
 pub const MAGIC: [u8; 4] = *b"CFLT";
 /// The format version this crate writes and reads: the table's layout
-/// version, since a table means something only with its addressing (version
-/// 1 tables placed alternates differently and are refused).
+/// version, since a table means something only with its addressing (tables
+/// of earlier versions placed keys differently and are refused).
 pub const FORMAT_VERSION: u16 = crate::layout::LAYOUT_VERSION;
 /// Header size in bytes.
 pub const HEADER_LEN: usize = 32;

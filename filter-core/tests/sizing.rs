@@ -177,7 +177,15 @@ fn sizes_can_be_computed_at_compile_time() {
 #[test]
 fn fingerprints_are_never_the_empty_value() {
     use filter_core::Fingerprint;
-    for bits in [0, 1, 0x00ff_ffff, 0x0100_0000, u32::MAX - 1, u32::MAX] {
+    for bits in [
+        0,
+        1,
+        0x0001_0000,
+        0x00ff_ffff,
+        0x0100_0000,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
         assert_ne!(u8::from_hash(bits), 0);
         assert_ne!(u16::from_hash(bits), 0);
         assert_ne!(u32::from_hash(bits), 0);
