@@ -3,31 +3,39 @@
 //! A lookup in a table larger than the cache waits for two memory reads.
 //! Looked up one after another, keys overlap those waits only as far as
 //! the processor's out-of-order window reaches past the hashing and
-//! comparing of each key. [`ContainsMany`] instead takes a group of
-//! [`GROUP`] keys, computes all their locations, then reads all their
-//! buckets (plain loads into a local array, nothing in between that
-//! depends on them), and only then compares: up to `2 * GROUP` misses
-//! overlap, in safe code.
+//! comparing of each key. [`ContainsMany`] instead runs a pipeline
+//! [`LOOKAHEAD`] keys deep: each key is hashed and located, and both of
+//! its buckets are requested from memory with a prefetch hint, when it
+//! enters; its buckets are read and compared only when it leaves,
+//! `LOOKAHEAD` keys later, by which time they have arrived. A prefetch
+//! waits for nothing, so the misses of the whole pipeline overlap and it
+//! never drains, in safe code.
+//!
+//! Prefetching is a hint with no effect on the answers: where this crate
+//! has no safe prefetch for the target (anything but x86 and x86-64 with
+//! SSE, through [`safe_arch`]), the pipeline runs without it.
 //!
 //! The answers are exactly [`CuckooFilter::contains_hash`]'s, in order.
 
 use crate::cuckoo::CuckooFilter;
 use crate::fingerprint::Fingerprint;
 use crate::hash::KeyHash;
-use crate::layout::{buckets_contain, BucketStorage};
+use crate::layout::{BucketStorage, Location};
 
-/// Keys per group: enough misses in flight to cover memory latency, few
-/// enough that the group's buckets stay in registers and L1.
-pub const GROUP: usize = 32;
+/// Keys between a key's prefetch and its comparison: enough to cover a
+/// memory read with the other keys' work, few enough that the prefetched
+/// buckets are still in the first-level cache when they are read.
+pub const LOOKAHEAD: usize = 16;
 
 /// Iterator over whether each of a sequence of hashes may be in a filter:
 /// see [`CuckooFilter::contains_many_hashes`].
 pub struct ContainsMany<'a, F: Fingerprint, const S: usize, B, I> {
     filter: &'a CuckooFilter<F, S, B>,
     hashes: I,
-    found: [bool; GROUP],
-    next: usize,
-    len: usize,
+    /// The keys in the pipeline, oldest at `oldest`, `queued` of them.
+    pipeline: [Location<F>; LOOKAHEAD],
+    oldest: usize,
+    queued: usize,
 }
 
 impl<'a, F, const S: usize, B, I> ContainsMany<'a, F, S, B, I>
@@ -37,31 +45,35 @@ where
     I: Iterator<Item = KeyHash>,
 {
     pub(crate) fn new(filter: &'a CuckooFilter<F, S, B>, hashes: I) -> Self {
+        let unused = Location {
+            fingerprint: F::EMPTY,
+            primary: 0,
+            alternate: 0,
+        };
         Self {
             filter,
             hashes,
-            found: [false; GROUP],
-            next: 0,
-            len: 0,
+            pipeline: [unused; LOOKAHEAD],
+            oldest: 0,
+            queued: 0,
         }
     }
 
-    /// Answers the next group of up to [`GROUP`] hashes.
-    fn fill(&mut self) {
-        let mut hashes = [KeyHash(0); GROUP];
-        let mut len = 0;
-        for slot in hashes.iter_mut() {
+    /// Fills the pipeline from the hashes, prefetching each key's buckets.
+    #[inline(always)]
+    fn refill(&mut self) {
+        while self.queued < LOOKAHEAD {
             let Some(hash) = self.hashes.next() else {
                 break;
             };
-            *slot = hash;
-            len += 1;
+            let location = self.filter.locate(hash);
+            self.filter.prefetch_buckets(location);
+            let newest = (self.oldest + self.queued) % LOOKAHEAD;
+            if let Some(slot) = self.pipeline.get_mut(newest) {
+                *slot = location;
+            }
+            self.queued += 1;
         }
-        // The last group may be partial: the answers for its padding are
-        // never read.
-        self.found = self.filter.contains_group(hashes);
-        self.next = 0;
-        self.len = len;
     }
 }
 
@@ -75,24 +87,18 @@ where
 
     #[inline]
     fn next(&mut self) -> Option<bool> {
-        if self.next >= self.len {
-            self.fill();
-        }
-        let found = self
-            .found
-            .get(self.next)
-            .copied()
-            .filter(|_| self.next < self.len)?;
-        self.next += 1;
-        Some(found)
+        self.refill();
+        let location = *self.pipeline.get(self.oldest).filter(|_| self.queued > 0)?;
+        self.oldest = (self.oldest + 1) % LOOKAHEAD;
+        self.queued -= 1;
+        Some(self.filter.contains_location(location))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let buffered = self.len.saturating_sub(self.next);
         let (low, high) = self.hashes.size_hint();
         (
-            low.saturating_add(buffered),
-            high.and_then(|high| high.checked_add(buffered)),
+            low.saturating_add(self.queued),
+            high.and_then(|high| high.checked_add(self.queued)),
         )
     }
 }
@@ -106,22 +112,8 @@ where
 }
 
 impl<F: Fingerprint, const S: usize, B: BucketStorage<F, S>> CuckooFilter<F, S, B> {
-    /// One full group: locate all, load all, then compare all.
-    #[inline(always)]
-    fn contains_group(&self, hashes: [KeyHash; GROUP]) -> [bool; GROUP] {
-        let locations = hashes.map(|hash| self.locate(hash));
-        let buckets = locations.map(|location| self.both_buckets(location));
-        let mut found = [false; GROUP];
-        for ((found, [primary, alternate]), location) in
-            found.iter_mut().zip(&buckets).zip(&locations)
-        {
-            *found = buckets_contain(primary, alternate, location.fingerprint);
-        }
-        found
-    }
-
-    /// Whether each of `items` may be present, in order, looked up in groups
-    /// so that their cache misses overlap (see the [module
+    /// Whether each of `items` may be present, in order, looked up in a
+    /// pipeline so that their cache misses overlap (see the [module
     /// documentation](self)). For many lookups in a filter larger than the
     /// cache; the answers are [`Self::contains`]'s.
     ///

@@ -307,9 +307,22 @@ impl<F: Fingerprint, const SLOTS: usize, B: BucketStorage<F, SLOTS>> CuckooFilte
     /// compares them without a branch.
     #[inline]
     pub fn contains_hash(&self, hash: KeyHash) -> bool {
-        let location = self.locate(hash);
+        self.contains_location(self.locate(hash))
+    }
+
+    /// Whether either bucket of `location` holds its fingerprint.
+    #[inline(always)]
+    pub(crate) fn contains_location(&self, location: Location<F>) -> bool {
         let [primary, alternate] = self.both_buckets(location);
         buckets_contain(&primary, &alternate, location.fingerprint)
+    }
+
+    /// Asks for both buckets of `location` to be brought into the cache
+    /// (see [`BucketStorage::prefetch_bucket`]).
+    #[inline(always)]
+    pub(crate) fn prefetch_buckets(&self, location: Location<F>) {
+        self.buckets.prefetch_bucket(location.primary);
+        self.buckets.prefetch_bucket(location.alternate);
     }
 
     /// [`Self::count`] for a precomputed hash.

@@ -112,6 +112,22 @@ pub fn find_slot<F: Fingerprint, const S: usize>(bucket: &[F; S], fingerprint: F
     slot_matches(bucket, fingerprint).first()
 }
 
+/// Starts bringing the cache line of `value` into every cache level, on
+/// targets with a safe prefetch instruction (x86 and x86-64 with SSE).
+#[inline(always)]
+fn prefetch<T>(value: &T) {
+    #[cfg(all(
+        any(target_arch = "x86", target_arch = "x86_64"),
+        target_feature = "sse"
+    ))]
+    safe_arch::prefetch_t0(value);
+    #[cfg(not(all(
+        any(target_arch = "x86", target_arch = "x86_64"),
+        target_feature = "sse"
+    )))]
+    let _ = value;
+}
+
 /// Storage for a cuckoo table in the layout above.
 ///
 /// Implemented for everything that derefs to `[[F; S]]` (a static array, a
@@ -127,6 +143,13 @@ pub trait BucketStorage<F: Fingerprint, const S: usize> {
     fn bucket(&self, index: usize) -> [F; S];
     /// Stores `fingerprint` in slot `slot` of bucket `index`.
     fn set_slot(&mut self, index: usize, slot: usize, fingerprint: F);
+    /// A hint that bucket `index` will be read soon: start bringing it into
+    /// the cache, waiting for nothing ([`crate::batch`]'s pipeline). The
+    /// default does nothing.
+    #[inline(always)]
+    fn prefetch_bucket(&self, index: usize) {
+        let _ = index;
+    }
 }
 
 impl<F, const S: usize, T> BucketStorage<F, S> for T
@@ -142,6 +165,13 @@ where
     #[inline(always)]
     fn bucket(&self, index: usize) -> [F; S] {
         self.as_ref().get(index).copied().unwrap_or([F::EMPTY; S])
+    }
+
+    #[inline(always)]
+    fn prefetch_bucket(&self, index: usize) {
+        if let Some(bucket) = self.as_ref().get(index) {
+            prefetch(bucket);
+        }
     }
 
     #[inline(always)]

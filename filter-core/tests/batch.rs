@@ -1,10 +1,10 @@
 //! Batched lookups (`contains_many`, `contains_many_hashes`) answer exactly
 //! what one-at-a-time `contains` answers, in order, for any number of keys
-//! (empty, shorter than a group, not a multiple of one), present, absent
+//! (empty, shorter than the pipeline, not a multiple of its depth), present, absent
 //! and false positives alike.
 #![allow(clippy::unwrap_used)]
 
-use filter_core::batch::GROUP;
+use filter_core::batch::LOOKAHEAD;
 use filter_core::{CuckooFilter, Fingerprint, NetKey};
 use proptest::prelude::*;
 
@@ -41,7 +41,7 @@ proptest! {
     fn batched_answers_are_the_single_ones(
         seed: u64,
         inserted in proptest::collection::vec(0u64..1000, 0..300),
-        queries in proptest::collection::vec(0u64..2000, 0..(5 * GROUP + 3)),
+        queries in proptest::collection::vec(0u64..2000, 0..(5 * LOOKAHEAD + 3)),
     ) {
         agrees::<u8, 4>(seed, &inserted, &queries);
         agrees::<u16, 4>(seed, &inserted, &queries);
