@@ -452,12 +452,12 @@ pub fn read_once<T: Copy>(field: &T) -> T {
 /// this crate's map layouts and `filter-core`'s bucket layout and hash.
 /// Change it with any of them; a change of `filter-core`'s
 /// `LAYOUT_VERSION` alone does not build (see [`LAYOUT_OF_THIS_ABI`]).
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// The `filter-core` layout version [`ABI_VERSION`] was last changed with:
 /// a control plane that wrote fingerprints of another layout into a
 /// loaded program's tables would hide the keys from its lookups.
-const LAYOUT_OF_THIS_ABI: u16 = 3;
+const LAYOUT_OF_THIS_ABI: u16 = 4;
 const _: () = assert!(
     filter_core::layout::LAYOUT_VERSION == LAYOUT_OF_THIS_ABI,
     "filter-core's layout changed: change ABI_VERSION, and LAYOUT_OF_THIS_ABI with it"

@@ -9,8 +9,9 @@
 //!   used for network keys (see [`crate::NetKey`]) on the XDP fast path, where
 //!   the eBPF verifier must see a bounded, branch-light program.
 //!
-//! The construction is a multiply-rotate absorb per 64-bit little-endian word
-//! and the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
+//! The construction is a multiply-rotate absorb per 64-bit little-endian
+//! word, with the state multiplied beside it (see [`absorb`] for why), and
+//! the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
 //! integer key) takes a shorter path instead: two 64x64 -> 128-bit folded
 //! multiplies of the word, its halves swapped and the seed, as wyhash
 //! finishes a short input, where the long path would take three dependent
@@ -53,15 +54,31 @@ impl KeyHash {
 
 const SEED_MIX: u64 = 0x243f_6a88_85a3_08d3;
 const ABSORB_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Multiplies the state beside each absorbed word (xxHash64's second
+/// prime): see [`absorb`].
+const STATE_MUL: u64 = 0xc2b2_ae3d_27d4_eb4f;
 
 #[inline(always)]
 const fn initial_state(seed: u64) -> u64 {
     seed ^ SEED_MIX
 }
 
+/// Absorbs one word: the state XOR the word, multiplied and rotated, XOR
+/// the state multiplied by another constant.
+///
+/// The second product is what keeps keys that differ in two bits apart.
+/// The top bit of a product depends on the top bit of its factor alone, so
+/// without it a difference in bit 63 of one word would reach the state as
+/// a difference in bit 28 alone, whatever the seed, and the same
+/// difference in the next word would cancel it: IPv6 keys one bit apart in
+/// each half hashed alike (layout version 3). The state's own product
+/// carries that difference on in a form that depends on the state's value,
+/// which no fixed difference in a word undoes. It is computed beside the
+/// first product, not after it, so a word costs one step more of latency,
+/// not a multiply more.
 #[inline(always)]
 const fn absorb(state: u64, word: u64) -> u64 {
-    (state ^ word).wrapping_mul(ABSORB_MUL).rotate_left(29)
+    (state ^ word).wrapping_mul(ABSORB_MUL).rotate_left(29) ^ state.wrapping_mul(STATE_MUL)
 }
 
 /// MurmurHash3's 64-bit finalizer: every input bit affects every output bit.

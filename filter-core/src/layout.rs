@@ -1,7 +1,7 @@
 //! Where a key lives in a cuckoo table, and the storage abstraction the
 //! filter's code runs on.
 //!
-//! # Bucket layout (stable, version 3)
+//! # Bucket layout (stable, version 4)
 //!
 //! A table is `B` buckets (`B` a power of two, at most 2^32), each of `S`
 //! slots (`S` in 1, 2, 4, 8), each slot one fingerprint of `F::BYTES` bytes,
@@ -29,15 +29,17 @@
 //! Earlier versions placed keys differently, so their tables and snapshots
 //! are refused: version 1 spread the alternate with `fmix32(f)`; version 2
 //! mapped the 32 bits onto the nonzero fingerprints by a multiply-shift,
-//! and hashed inputs of at most 8 bytes (integer keys) as longer ones are
-//! (see [`crate::hash`]).
+//! and hashed inputs of at most 8 bytes (integer keys) as longer ones are;
+//! version 3 absorbed the words of inputs longer than 8 bytes (network
+//! keys among them) without the state's own product (see
+//! [`crate::hash`]).
 
 use crate::fingerprint::Fingerprint;
 use crate::hash::KeyHash;
 use crate::swar::slot_matches;
 
 /// The layout version: bucket bytes and addressing as documented above.
-pub const LAYOUT_VERSION: u16 = 3;
+pub const LAYOUT_VERSION: u16 = 4;
 
 /// Spreads a fingerprint over the table for its alternate bucket.
 const ALTERNATE_MULTIPLIER: u32 = 0x5bd1_e995;

@@ -1,11 +1,11 @@
 //! Snapshots: a cuckoo filter as bytes, for files, flash and serial links.
 //!
-//! # Format (version 3, all integers little-endian)
+//! # Format (version 4, all integers little-endian)
 //!
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
 //! | 0      | 4    | magic `b"CFLT"`                                     |
-//! | 4      | 2    | format version, 3 (the layout version)              |
+//! | 4      | 2    | format version, 4 (the layout version)              |
 //! | 6      | 1    | filter kind, 1 = cuckoo                             |
 //! | 7      | 1    | fingerprint bits (8, 16, 32)                        |
 //! | 8      | 1    | slots per bucket (1, 2, 4, 8)                       |

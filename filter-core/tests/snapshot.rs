@@ -198,7 +198,7 @@ fn header_fields_are_where_the_format_says() {
     let filter = populated(0x0102_0304_0506_0708, 7);
     let bytes = snapshot_of(&filter);
     assert_eq!(&bytes[0..4], b"CFLT");
-    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 3);
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 4);
     assert_eq!(bytes[6..10], [1, 16, 4, 6]);
     assert_eq!(bytes[10..16], [0; 6]);
     assert_eq!(
@@ -218,9 +218,11 @@ fn header_fields_are_where_the_format_says() {
 fn snapshots_of_earlier_layouts_are_refused_even_with_a_valid_crc() {
     // Version 1 tables placed alternate buckets with another function,
     // version 2 tables derived fingerprints (and integer keys' hashes)
-    // another way: their fingerprints would be lost if loaded.
+    // another way, version 3 tables hashed inputs longer than 8 bytes
+    // (network keys) another way: their fingerprints would be lost if
+    // loaded.
     let bytes = snapshot_of(&populated(11, 40));
-    for version in [1u16, 2] {
+    for version in [1u16, 2, 3] {
         let mut old = bytes[..bytes.len() - 4].to_vec();
         old[4..6].copy_from_slice(&version.to_le_bytes());
         let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&old);

@@ -1,6 +1,7 @@
 //! Keys that differ little spread over a table like random ones: runs of
-//! consecutive integers, every address of a few IPv4 /24s, and IPv6
-//! addresses one bit apart. Each set is placed in a table with a few keys
+//! consecutive integers, every address of a few IPv4 /24s, IPv6 addresses
+//! one bit apart, consecutive IPv6 addresses of one /64, and consecutive
+//! IPv6 /64s and /48s. Each set is placed in a table with a few keys
 //! per bucket and compared with what uniform random placement gives:
 //! occupied buckets and the chi-square of the bucket counts (for primary
 //! and alternate buckets and for the fingerprints' top bits) within five
@@ -150,8 +151,6 @@ fn ipv4_prefixes_of_every_length_over_one_address_spread_like_random_keys() {
 }
 
 #[test]
-#[ignore = "the hash of layout version 3 gives IPv6 keys one bit apart the same hash: \
-            flipping bit 63 of a word is undone by flipping bit 28 of the next"]
 fn ipv6_addresses_one_bit_apart_spread_like_random_keys() {
     for seed in SEEDS {
         // 2001:db8::1 and 2001:db8::1 with each one of its 128 bits flipped,
@@ -177,5 +176,52 @@ fn ipv6_addresses_one_bit_apart_spread_like_random_keys() {
             hashes.len()
         );
         check_spread(&format!("seed {seed:#x}, IPv6 one bit apart"), &hashes, 512);
+    }
+}
+
+/// The hashes of IPv6 keys: `(first 64 bits, last 64 bits, prefix length)`.
+fn ipv6_hashes(seed: u64, keys: impl Iterator<Item = (u64, u64, u8)>) -> Vec<KeyHash> {
+    keys.map(|(high, low, len)| NetKey::ipv6(high, low, len).unwrap().hash(seed))
+        .collect()
+}
+
+#[test]
+fn consecutive_ipv6_addresses_of_one_slash_64_spread_like_random_keys() {
+    for seed in SEEDS {
+        let hashes = ipv6_hashes(seed, (0..8192u64).map(|i| (0x2001_0db8_0000_0000, i, 128)));
+        check_spread(&format!("seed {seed:#x}, 2001:db8::/64"), &hashes, 2048);
+        let hashes = ipv6_hashes(
+            seed,
+            (0..4096u64).map(|i| (0x2001_0db8_0000_0000, i << 8, 128)),
+        );
+        check_spread(
+            &format!("seed {seed:#x}, 2001:db8::/64, i << 8"),
+            &hashes,
+            1024,
+        );
+    }
+}
+
+#[test]
+fn consecutive_ipv6_slash_64s_and_slash_48s_spread_like_random_keys() {
+    for seed in SEEDS {
+        let hashes = ipv6_hashes(
+            seed,
+            (0..8192u64).map(|i| (0x2001_0db8_0000_0000 + i, 0, 64)),
+        );
+        check_spread(
+            &format!("seed {seed:#x}, /64s of 2001:db8::/51"),
+            &hashes,
+            2048,
+        );
+        let hashes = ipv6_hashes(
+            seed,
+            (0..8192u64).map(|i| (0x2001_0db8_0000_0000 + (i << 16), 0, 48)),
+        );
+        check_spread(
+            &format!("seed {seed:#x}, /48s of 2001:db8::/35"),
+            &hashes,
+            2048,
+        );
     }
 }
