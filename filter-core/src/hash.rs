@@ -10,8 +10,9 @@
 //!   the eBPF verifier must see a bounded, branch-light program.
 //!
 //! The construction is a multiply-rotate absorb per 64-bit little-endian
-//! word, with the state multiplied beside it (see [`absorb`] for why), and
-//! the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
+//! word, with the state's own product XORed in (so that a difference in
+//! the top bit of one word cannot be undone by a fixed difference in the
+//! next, whatever the seed), and the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
 //! integer key) takes a shorter path instead: two 64x64 -> 128-bit folded
 //! multiplies of the word, its halves swapped and the seed, as wyhash
 //! finishes a short input, where the long path would take three dependent
