@@ -12,12 +12,13 @@
 //! The construction is a multiply-rotate absorb per 64-bit little-endian
 //! word, with the state's own product XORed in (so that a difference in
 //! the top bit of one word cannot be undone by a fixed difference in the
-//! next, whatever the seed), and the MurmurHash3 64-bit finalizer. An input of at most 8 bytes (an
-//! integer key) takes a shorter path instead: two 64x64 -> 128-bit folded
-//! multiplies of the word, its halves swapped and the seed, as wyhash
-//! finishes a short input, where the long path would take three dependent
-//! 64-bit multiplies; a lookup's bucket loads wait on the hash, so this is
-//! what a lookup of an integer key gains (`BENCHMARKS-filter-core.md`).
+//! next, whatever the seed), and the MurmurHash3 64-bit finalizer. An
+//! input of at most 8 bytes (an integer key) takes a shorter path instead:
+//! two 64x64 -> 128-bit folded multiplies of the word, its halves swapped
+//! and the seed, as wyhash finishes a short input, where the long path
+//! would take three dependent 64-bit multiplies; a lookup's bucket loads
+//! wait on the hash, so this is what a lookup of an integer key gains
+//! (`BENCHMARKS-filter-core.md`).
 //! Longer inputs, network keys among them, keep the long path, which the
 //! XDP program computes without a 128-bit product.
 //!
