@@ -203,7 +203,7 @@ impl FilterShape {
 /// A run-time setting of the program, or a dimension of its counters: a
 /// `#[repr(u32)]` enum whose discriminants are the values the maps hold,
 /// with one name per value for the command line, reports and the store.
-/// Declared once here ([`setting!`]) and used as they are by the program,
+/// Declared once here (`setting!`) and used as they are by the program,
 /// the loader, the store, the CLI and the reports.
 pub trait Setting: Copy + PartialEq + Sized + 'static {
     /// Every value, in the order of the ABI values.
@@ -451,7 +451,7 @@ pub fn read_once<T: Copy>(field: &T) -> T {
 /// The version of everything a loaded program and its control plane share:
 /// this crate's map layouts and `filter-core`'s bucket layout and hash.
 /// Change it with any of them; a change of `filter-core`'s
-/// `LAYOUT_VERSION` alone does not build (see [`LAYOUT_OF_THIS_ABI`]).
+/// `LAYOUT_VERSION` alone does not build (see `LAYOUT_OF_THIS_ABI`).
 pub const ABI_VERSION: u32 = 6;
 
 /// The `filter-core` layout version [`ABI_VERSION`] was last changed with:

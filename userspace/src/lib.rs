@@ -63,6 +63,11 @@
 //! plan or the maps itself. A kind of source the agent runs is one module
 //! of [`sources`] and one line in [`sources::KINDS`] (see [`sources`]).
 
+// The crate is an application, and its documentation is for the people who
+// work on it: `./x test` builds it with `--document-private-items`, so a
+// public item's documentation may link to the private items it rests on.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod agent;
 pub mod control;
 pub mod device;

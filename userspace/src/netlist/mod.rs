@@ -254,7 +254,7 @@ pub struct LineError {
     /// The 1-based line number.
     pub line: usize,
     /// The offending text: the line, trimmed, lossily decoded if not UTF-8,
-    /// and cut by [`text::excerpt`].
+    /// and cut by [`crate::text::excerpt`].
     pub text: String,
     /// What is wrong with it.
     pub problem: LineProblem,
@@ -290,7 +290,7 @@ pub enum ListError {
         source_name: String,
         /// The 1-based line number.
         line: usize,
-        /// The start of the line, cut by [`text::excerpt`].
+        /// The start of the line, cut by [`crate::text::excerpt`].
         text: String,
     },
     /// More entries than [`ParseOptions::max_entries`].

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use filter_core::NetKey;
 use ipnet::IpNet;
 
-/// What [`KeyPlan::check`] found.
+/// What [`super::KeyPlan::check`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckReport {
     /// The address checked.

@@ -7,7 +7,7 @@
 //! | module | source | driven by |
 //! |---|---|---|
 //! | [`cli`] | `cli` and any name given with `--source` | a command line |
-//! | [`file`] | `file:PATH` | `cfctl import` |
+//! | [`mod@file`] | `file:PATH` | `cfctl import` |
 //! | [`feed`] | `feed:NAME` | the agent, on each feed's refresh interval |
 //! | [`crowdsec`] | `crowdsec` | the agent, pulling a CrowdSec Local API |
 //!

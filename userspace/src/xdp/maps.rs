@@ -252,7 +252,7 @@ impl FilterMaps {
     }
 
     /// The maps to hand to a program that takes over
-    /// ([`FilterProgram::load_sharing`]).
+    /// ([`super::FilterProgram::load_sharing`]).
     pub fn shared(&self) -> Result<SharedMaps<'_>> {
         let counters = match &self.counters {
             Map::PerCpuArray(data) => data,

@@ -26,7 +26,7 @@
 //!
 //! Each filter table is its own BPF `ARRAY` map with `BPF_F_MMAPABLE`,
 //! element `i` = bucket `i` in `filter-core`'s layout (8- or 16-byte
-//! buckets, see [`FilterShape`]), and the program reaches it through a
+//! buckets, see [`cfxdp::FilterShape`]), and the program reaches it through a
 //! two-slot `ARRAY_OF_MAPS`. A two-profile config map, also mmapped, says
 //! which slot is live and carries that table's seed, size and active prefix
 //! lengths. This gives the three things the data plane needs:
@@ -45,7 +45,7 @@
 //!   memory is copied into the new map with one `memcpy` through the
 //!   mapping, before it goes live, instead of millions of update syscalls.
 //!
-//! Each profile also owns a block [`Prefilter`] (one element of the
+//! Each profile also owns a block [`cfxdp::prefilter::Prefilter`] (one element of the
 //! mmapped `PREFILTERS` array), which the program checks before the first
 //! probe. [`FilterMaps::install`] writes the idle profile's block bytes
 //! before the flip, so they swap with the table and its lengths; on the

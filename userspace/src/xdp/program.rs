@@ -13,7 +13,7 @@
 //! with the same handle is one atomic change in the kernel, as
 //! `bpf_link_update` is for a link.
 //!
-//! Loading goes through [`preload`](super::preload): the outer filter map is
+//! Loading goes through [`super::preload`]: the outer filter map is
 //! created first with a table of the chosen size as its inner template, so
 //! the verifier inlines every bucket lookup.
 
