@@ -250,10 +250,10 @@ impl Store {
     }
 
     /// Opens the store in `state_dir` with `access`, after the `check` of
-    /// the directory (see [`mod@file`]). A read-only store must exist and have
-    /// the current schema (only a writable open migrates one); it is for
-    /// where the store cannot be written, because reading a store that its
-    /// last writer did not close takes a copy in memory.
+    /// the directory (see [`mod@file`]). A read-only store must exist and
+    /// have the current schema (only a writable open migrates one); it is
+    /// for where the store cannot be written, because reading a store that
+    /// its last writer did not close takes a copy in memory.
     pub fn open_with(
         state_dir: &Path,
         access: Access,

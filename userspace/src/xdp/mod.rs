@@ -26,10 +26,11 @@
 //!
 //! Each filter table is its own BPF `ARRAY` map with `BPF_F_MMAPABLE`,
 //! element `i` = bucket `i` in `filter-core`'s layout (8- or 16-byte
-//! buckets, see [`cfxdp::FilterShape`]), and the program reaches it through a
-//! two-slot `ARRAY_OF_MAPS`. A two-profile config map, also mmapped, says
-//! which slot is live and carries that table's seed, size and active prefix
-//! lengths. This gives the three things the data plane needs:
+//! buckets, see [`cfxdp::FilterShape`]), and the program reaches it
+//! through a two-slot `ARRAY_OF_MAPS`. A two-profile config map, also
+//! mmapped, says which slot is live and carries that table's seed, size
+//! and active prefix lengths. This gives the three things the data plane
+//! needs:
 //!
 //! * **single-bucket updates while packets are checked**: userspace maps
 //!   the live table and runs `filter-core`'s insert/remove on it through
@@ -45,11 +46,11 @@
 //!   memory is copied into the new map with one `memcpy` through the
 //!   mapping, before it goes live, instead of millions of update syscalls.
 //!
-//! Each profile also owns a block [`cfxdp::prefilter::Prefilter`] (one element of the
-//! mmapped `PREFILTERS` array), which the program checks before the first
-//! probe. [`FilterMaps::install`] writes the idle profile's block bytes
-//! before the flip, so they swap with the table and its lengths; on the
-//! live profile, [`FilterMaps::mark_keys`],
+//! Each profile also owns a block [`cfxdp::prefilter::Prefilter`] (one
+//! element of the mmapped `PREFILTERS` array), which the program checks
+//! before the first probe. [`FilterMaps::install`] writes the idle
+//! profile's block bytes before the flip, so they swap with the table and
+//! its lengths; on the live profile, [`FilterMaps::mark_keys`],
 //! [`FilterMaps::set_prefilter_bits`] and
 //! [`FilterMaps::clear_prefilter_bits`] change single bits with atomic
 //! read-modify-writes. Callers set a key's bits before inserting it and
