@@ -65,7 +65,7 @@ use aya::{Ebpf, EbpfLoader};
 use cfctl::control::sizing::auto_capacity;
 use cfctl::plan::{KeyPlan, PlanLimits};
 use cfctl::xdp::mapped::MappedValue;
-use cfctl::xdp::program::detach_pinned;
+use cfctl::xdp::program::{detach, detach_pinned};
 use cfctl::xdp::test_run::{run_xdp, TcAction, TestRun, XdpAction};
 use cfctl::xdp::{
     AttachMode, AttachPoint, DropEvents, FilterProgram, LoadOptions, PinDir, SamplerCounts,
@@ -451,7 +451,7 @@ impl<'a> DiverseTraffic<'a> {
     fn cost_of_blocklist(&self, blocklist: &mut FilterProgram) -> BenchResult<DiverseCost> {
         let attachment = blocklist.attach(self.link.host_index, AttachMode::Native)?;
         let cost = self.link.cost(self.link.attached_program()?, &self.frames);
-        blocklist.detach(attachment)?;
+        detach(attachment)?;
         cost
     }
 

@@ -12,8 +12,9 @@ mod common;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 
+use aya::programs::links::PinnedLink;
 use cfctl::plan::{KeyPlan, PlanLimits};
-use cfctl::xdp::program::{attach_pinned_program, detach_pinned};
+use cfctl::xdp::program::{attach_pinned_program, detach, detach_pinned};
 use cfctl::xdp::{AttachMode, AttachPoint, FilterMaps, FilterProgram, LoadOptions};
 use cfctl::{Family, FilterShape, Mode, Outcome};
 use cfxdp::packet::MAX_VLAN_TAGS;
@@ -57,8 +58,15 @@ fn attached_traffic_is_filtered(subnet: u8, mode: AttachMode) {
             "{family:?} packets dropped"
         );
     }
-    blocklist.detach(link).expect("detaching");
+    detach(link).expect("detaching");
     check_traffic(&network, false);
+    for family in [Family::Ipv4, Family::Ipv6] {
+        assert_eq!(
+            dropped(blocklist.maps(), family),
+            DATAGRAMS + PINGS,
+            "{family:?} packets dropped, none after detaching"
+        );
+    }
 }
 
 #[test]
@@ -176,9 +184,14 @@ fn pinned_attachment_outlives_the_loader() {
         "IPv6 packets that would have been dropped"
     );
     maps.set_mode(Mode::Enforce);
+    // Another process holds the link open (a cfctl reading it, a child
+    // forked with the loader's descriptors): detaching takes the program
+    // off the hook all the same.
+    let held = PinnedLink::from_pin(&link_path).expect("opening the pinned link");
     detach_pinned(&link_path, AttachPoint::Xdp(AttachMode::Native))
         .expect("detaching the pinned link");
     check_traffic(&network, false);
+    drop(held);
     assert_eq!(
         dropped(&maps, Family::Ipv4),
         DATAGRAMS + PINGS,

@@ -19,6 +19,7 @@
 //! | [`live`] | [`LiveFilter`]: the filter operations for every shape |
 //! | [`pins`] | [`PinDir`]: the pin directory, bpffs, links per interface |
 //! | `netlink` | [`HookHolder`]: the program on an interface's XDP hook |
+//! | `links`, `syscall` | a pinned link's interface and detaching a link at once, by the `bpf` syscall |
 //! | [`interface`] | an interface's index and MTU by its name; the wait for one to appear |
 //! | [`table`], [`mapped`], [`preload`], [`test_run`] | a filter table in map memory, mmapped maps, the outer map, `BPF_PROG_TEST_RUN` |
 //!
@@ -75,7 +76,7 @@
 
 pub mod allowlist;
 pub mod interface;
-mod link_info;
+mod links;
 pub mod live;
 pub mod mapped;
 pub mod maps;
@@ -85,6 +86,7 @@ pub mod prefilter;
 pub mod preload;
 pub mod program;
 pub mod sampling;
+mod syscall;
 pub mod table;
 pub mod test_run;
 
@@ -176,7 +178,13 @@ pub enum XdpError {
     /// A link operation failed.
     #[error("link: {0}")]
     Link(#[from] LinkError),
-    /// A pinned link could not be opened or unpinned.
+    /// A link could not be detached from its hook.
+    #[error("cannot detach the blocklist program: {source}")]
+    Detach {
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// A pinned link could not be opened, detached or unpinned.
     #[error("pinned link {path}: {source}")]
     PinnedLink {
         /// Pin path.

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::interface::interface_index;
-use super::link_info::link_ifindex;
+use super::links::link_ifindex;
 use super::maps::FilterMaps;
 use super::program::{
     attach_pinned_program, detach_pinned, pinned_program, FilterProgram, PINNED_PROGRAM,

@@ -12,13 +12,15 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aya::maps::MapData;
 use cfxdp::PROFILE_COUNT;
+
+use super::syscall::bpf_new_fd;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
@@ -44,7 +46,7 @@ pub fn create_outer_map(name: &str, template: &MapData) -> io::Result<MapData> {
     for (destination, source) in map_name.iter_mut().zip(name.bytes().take(15)) {
         *destination = source;
     }
-    let attr = MapCreateAttr {
+    let mut attr = MapCreateAttr {
         map_type: BPF_MAP_TYPE_ARRAY_OF_MAPS,
         key_size: 4,
         value_size: 4,
@@ -54,22 +56,8 @@ pub fn create_outer_map(name: &str, template: &MapData) -> io::Result<MapData> {
         numa_node: 0,
         map_name,
     };
-    // SAFETY: a valid BPF_MAP_CREATE attribute of the size passed; the
-    // kernel only reads it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_CREATE,
-            &attr as *const MapCreateAttr,
-            std::mem::size_of::<MapCreateAttr>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else
-    // owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: the `BPF_MAP_CREATE` member, which holds no address.
+    let fd = unsafe { bpf_new_fd(BPF_MAP_CREATE, &mut attr) }?;
     MapData::from_fd(fd).map_err(io::Error::other)
 }
 

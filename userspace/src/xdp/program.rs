@@ -36,6 +36,7 @@ use cfxdp::{
     DEFAULT_ALLOWLIST_ENTRIES, MATCH_DESTINATION_GLOBAL,
 };
 
+use super::links::{detach_link, detach_pinned_link};
 use super::maps::{filter_profile, FilterMaps, SharedMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
@@ -198,25 +199,12 @@ impl FilterProgram {
         program_mut::<Xdp>(&mut self.ebpf, self.shape.program())
     }
 
-    /// Attaches the program to interface `if_index`; the attachment lasts
-    /// as long as this `FilterProgram` (or until [`Self::detach`]).
-    pub fn attach(
-        &mut self,
-        if_index: u32,
-        mode: AttachMode,
-    ) -> Result<aya::programs::xdp::XdpLinkId> {
+    /// Attaches the program to interface `if_index` with a link of its own:
+    /// the attachment lasts until the link is dropped or given to
+    /// [`detach`].
+    pub fn attach(&mut self, if_index: u32, mode: AttachMode) -> Result<FdLink> {
         let name = self.shape.program();
-        self.program()?
-            .attach_to_if_index(if_index, mode.into())
-            .map_err(|source| XdpError::Program { name, source })
-    }
-
-    /// Detaches an attachment made by [`Self::attach`].
-    pub fn detach(&mut self, link: aya::programs::xdp::XdpLinkId) -> Result<()> {
-        let name = self.shape.program();
-        self.program()?
-            .detach(link)
-            .map_err(|source| XdpError::Program { name, source })
+        attach_xdp(self.program()?, name, if_index, mode)
     }
 
     /// Attaches the program for `point` to `interface` (index `if_index`)
@@ -530,7 +518,8 @@ fn pin_link(link: FdLink, link_path: &Path) -> Result<()> {
 }
 
 /// Removes an attachment made by [`FilterProgram::attach_pinned`] or
-/// [`attach_pinned_program`] at `point`.
+/// [`attach_pinned_program`] at `point`: the program is off the hook when
+/// this returns, whoever else holds the link.
 pub fn detach_pinned(link_path: &Path, point: AttachPoint) -> Result<()> {
     if let AttachPoint::Clsact(direction) = point {
         if let Some(interface) = marker_interface(link_path) {
@@ -547,13 +536,20 @@ pub fn detach_pinned(link_path: &Path, point: AttachPoint) -> Result<()> {
         }
         return remove_marker(link_path);
     }
-    let link = PinnedLink::from_pin(link_path)?;
-    // Unpinning drops the last reference once the returned FdLink goes.
-    drop(link.unpin().map_err(|source| XdpError::PinnedLink {
+    let pinned_link_error = |source| XdpError::PinnedLink {
         path: link_path.to_owned(),
         source,
-    })?);
+    };
+    detach_pinned_link(link_path).map_err(pinned_link_error)?;
+    let link = PinnedLink::from_pin(link_path)?;
+    drop(link.unpin().map_err(pinned_link_error)?);
     Ok(())
+}
+
+/// Removes an attachment made by [`FilterProgram::attach`]: the program is
+/// off the hook when this returns.
+pub fn detach(link: FdLink) -> Result<()> {
+    detach_link(link).map_err(|source| XdpError::Detach { source })
 }
 
 /// The loaded object's program `name`, as the program type `P`.

@@ -8,6 +8,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use super::syscall::bpf;
+
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
 /// The `test` member of `union bpf_attr` (include/uapi/linux/bpf.h).
@@ -142,19 +144,8 @@ fn run_program(program: BorrowedFd<'_>, frame: &[u8], repeat: u32) -> io::Result
         repeat,
         ..TestRunAttr::default()
     };
-    // SAFETY: `attr` is a valid `test` member of bpf_attr with its size; the
-    // kernel reads `frame` (data_in, data_size_in) and writes only `attr`
-    // (no data_out or ctx_out buffers are given).
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &mut attr as *mut TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: the `test` member, whose `data_in` is `frame` with its
+    // length; no data_out or ctx buffers are given.
+    unsafe { bpf(BPF_PROG_TEST_RUN, &mut attr) }?;
     Ok((attr.retval, attr.duration))
 }
