@@ -509,7 +509,8 @@ fn resize_under_traffic(network: &TestNetwork, cfctl: &Cfctl) {
 fn the_tc_hook_runs_beside_a_program_that_holds_the_xdp_hook() {
     let network = TestNetwork::new(195);
     // Another XDP program holds the hook (here a blocklist listing
-    // nothing, attached without a link, as `ip link set xdp` does).
+    // nothing, attached by this test with a link of its own, which no
+    // pin directory of cfctl's records).
     let mut other = listing(&[]);
     let _held = other
         .attach(network.host_index(), AttachMode::Skb)
