@@ -114,9 +114,10 @@ fn detach(link: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// Detaches the link pinned at `pin` from its hook now, whoever else
-/// holds it; the pin stays.
-pub fn detach_pinned_link(pin: &Path) -> io::Result<()> {
-    detach(open_pinned(pin)?.as_fd())
+/// holds it, and removes the pin.
+pub fn detach_and_unpin(pin: &Path) -> io::Result<()> {
+    detach(open_pinned(pin)?.as_fd())?;
+    std::fs::remove_file(pin)
 }
 
 /// Detaches `link` from its hook now, whoever else holds it, and closes

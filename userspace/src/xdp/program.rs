@@ -36,7 +36,7 @@ use cfxdp::{
     DEFAULT_ALLOWLIST_ENTRIES, MATCH_DESTINATION_GLOBAL,
 };
 
-use super::links::{detach_link, detach_pinned_link};
+use super::links::{detach_and_unpin, detach_link};
 use super::maps::{filter_profile, FilterMaps, SharedMaps};
 use super::preload::{self, TemporaryBpffs};
 use super::table::{FilterTable, TableError, TableFingerprint, TableMap};
@@ -536,14 +536,10 @@ pub fn detach_pinned(link_path: &Path, point: AttachPoint) -> Result<()> {
         }
         return remove_marker(link_path);
     }
-    let pinned_link_error = |source| XdpError::PinnedLink {
+    detach_and_unpin(link_path).map_err(|source| XdpError::PinnedLink {
         path: link_path.to_owned(),
         source,
-    };
-    detach_pinned_link(link_path).map_err(pinned_link_error)?;
-    let link = PinnedLink::from_pin(link_path)?;
-    drop(link.unpin().map_err(pinned_link_error)?);
-    Ok(())
+    })
 }
 
 /// Removes an attachment made by [`FilterProgram::attach`]: the program is
